@@ -1,0 +1,3 @@
+from medeval_core.cli import main
+
+raise SystemExit(main())

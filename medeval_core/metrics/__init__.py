@@ -1,0 +1,1 @@
+"""Pure metric functions; nothing here imports the rest of medeval_core."""

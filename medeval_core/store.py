@@ -1,0 +1,348 @@
+"""The SQLModel tables and the only code that opens database sessions.
+
+SQLite (WAL, foreign keys on) is the default; any SQLAlchemy URL works through ``MEDEVAL_DB_URL``. The unique
+key on (run, case, repetition) is what makes resume idempotent: a finished case can never be written twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import JSON, Column, UniqueConstraint, event, func
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+from medeval_core.records import (
+    Annotation,
+    CaseResult,
+    CaseStatus,
+    Judgement,
+    RunConfig,
+    RunStatus,
+    Turn,
+    utc_now,
+)
+
+
+class StoreError(RuntimeError):
+    """A store operation that cannot be done; the message says what to do."""
+
+
+class DuplicateResultError(StoreError):
+    """A finished result for this (run, case, repetition) is already stored."""
+
+
+class RunRow(SQLModel, table=True):
+    __tablename__ = "runs"
+
+    id: str = Field(primary_key=True)
+    benchmark: str = Field(index=True)
+    label: str = ""
+    status: str = Field(default=RunStatus.PENDING, index=True)
+    config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    settings_hash: str = ""
+    versions: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    expected_cases: int | None = None
+    summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class CaseResultRow(SQLModel, table=True):
+    __tablename__ = "case_results"
+    __table_args__ = (UniqueConstraint("run_id", "case_id", "repetition", name="uq_result_run_case_rep"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    case_id: str
+    repetition: int = 0
+    status: str
+    output: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    error: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def to_record(self) -> CaseResult:
+        return CaseResult.model_validate(self, from_attributes=True)
+
+
+class TurnRow(SQLModel, table=True):
+    __tablename__ = "turns"
+    __table_args__ = (UniqueConstraint("run_id", "case_id", "repetition", "index", name="uq_turn"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    case_id: str
+    repetition: int = 0
+    index: int
+    actor: str
+    action: str
+    payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    cost: float = 0.0
+    created_at: datetime = Field(default_factory=utc_now)
+
+
+class JudgementRow(SQLModel, table=True):
+    __tablename__ = "judgements"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str | None = Field(default=None, foreign_key="runs.id", index=True)
+    case_id: str = Field(index=True)
+    repetition: int = 0
+    judge_name: str
+    judge_model: str = ""
+    attempt: int = 1
+    ok: bool
+    verdict: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    latency_s: float | None = None
+    http_status: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+
+
+class AnnotationRow(SQLModel, table=True):
+    __tablename__ = "annotations"
+
+    id: int | None = Field(default=None, primary_key=True)
+    item_id: str = Field(index=True)
+    annotator: str = Field(index=True)
+    task: str
+    criterion: str
+    value: str
+    payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utc_now)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # Several runner threads and the app may write at once; wait for the lock instead of failing.
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    database = parsed.database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for the sidebar and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+class Store:
+    """All reads and writes of medeval's records. Methods open and close their own short sessions."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        SQLModel.metadata.create_all(self.engine)
+        self._write_lock = threading.Lock()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    # Runs -------------------------------------------------------------------------------------------------
+
+    def create_run(self, config: RunConfig, run_id: str | None = None, expected_cases: int | None = None) -> RunRow:
+        row = RunRow(
+            id=run_id or new_run_id(config.benchmark),
+            benchmark=config.benchmark,
+            label=config.label,
+            config=config.model_dump(mode="json"),
+            settings_hash=config.settings_hash,
+            versions=config.versions,
+            expected_cases=expected_cases,
+        )
+        with self.session() as session:
+            if session.get(RunRow, row.id) is not None:
+                raise StoreError(f"A run with id {row.id!r} already exists; resume it or choose another id.")
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+        return row
+
+    def get_run(self, run_id: str) -> RunRow:
+        with self.session() as session:
+            row = session.get(RunRow, run_id)
+        if row is None:
+            raise StoreError(f"No run with id {run_id!r}; list runs with `python -m medeval_core runs list`.")
+        return row
+
+    def find_run(self, run_id: str) -> RunRow | None:
+        with self.session() as session:
+            return session.get(RunRow, run_id)
+
+    def list_runs(self, benchmark: str | None = None, limit: int = 200) -> list[RunRow]:
+        statement = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)  # type: ignore[attr-defined]
+        if benchmark:
+            statement = statement.where(RunRow.benchmark == benchmark)
+        with self.session() as session:
+            return list(session.exec(statement))
+
+    def update_run(self, run_id: str, **changes: Any) -> RunRow:
+        with self.session() as session:
+            row = session.get(RunRow, run_id)
+            if row is None:
+                raise StoreError(f"No run with id {run_id!r}.")
+            for key, value in changes.items():
+                setattr(row, key, value)
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+        return row
+
+    def request_cancel(self, run_id: str) -> RunRow:
+        """Ask a running run (in any process) to stop after its in-flight cases; it then marks itself cancelled."""
+        row = self.get_run(run_id)
+        if row.status not in (RunStatus.RUNNING, RunStatus.PENDING):
+            raise StoreError(f"Run {run_id!r} is {row.status}; only a pending or running run can be cancelled.")
+        return self.update_run(run_id, status=RunStatus.CANCELLING)
+
+    # Case results -----------------------------------------------------------------------------------------
+
+    def save_result(self, result: CaseResult) -> CaseResultRow:
+        """Insert a result. A failed result may be replaced by a retry; a finished (ok) one never is."""
+        with self._write_lock, self.session() as session:
+            existing = session.exec(
+                select(CaseResultRow).where(
+                    CaseResultRow.run_id == result.run_id,
+                    CaseResultRow.case_id == result.case_id,
+                    CaseResultRow.repetition == result.repetition,
+                )
+            ).first()
+            if existing is not None and existing.status == CaseStatus.OK:
+                raise DuplicateResultError(
+                    f"Case {result.case_id!r} (repetition {result.repetition}) of run {result.run_id!r} "
+                    "is already finished; its result is kept."
+                )
+            row = existing or CaseResultRow(run_id=result.run_id, case_id=result.case_id)
+            for key, value in result.model_dump(exclude={"run_id", "case_id"}).items():
+                setattr(row, key, value)
+            session.add(row)
+            try:
+                session.commit()
+            except IntegrityError as exc:
+                session.rollback()
+                raise DuplicateResultError(
+                    f"Case {result.case_id!r} of run {result.run_id!r} was written concurrently; the first is kept."
+                ) from exc
+            session.refresh(row)
+        return row
+
+    def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
+        statement = select(CaseResultRow).where(CaseResultRow.run_id == run_id).order_by(CaseResultRow.id)
+        if status is not None:
+            statement = statement.where(CaseResultRow.status == status)
+        with self.session() as session:
+            return [row.to_record() for row in session.exec(statement)]
+
+    def finished_keys(self, run_id: str) -> set[tuple[str, int]]:
+        statement = select(CaseResultRow.case_id, CaseResultRow.repetition).where(
+            CaseResultRow.run_id == run_id, CaseResultRow.status == CaseStatus.OK
+        )
+        with self.session() as session:
+            return {(case_id, repetition) for case_id, repetition in session.exec(statement)}
+
+    def result_counts(self, run_id: str) -> dict[str, int]:
+        statement = (
+            select(CaseResultRow.status, func.count())
+            .where(CaseResultRow.run_id == run_id)
+            .group_by(CaseResultRow.status)
+        )
+        with self.session() as session:
+            return {status: count for status, count in session.exec(statement)}
+
+    # Turns, judgements, annotations --------------------------------------------------------------------------
+
+    def add_turns(self, turns: Sequence[Turn]) -> None:
+        """Write a dialogue's turns in one transaction: all of them or none."""
+        with self._write_lock, self.session() as session:
+            session.add_all(TurnRow(**turn.model_dump()) for turn in turns)
+            session.commit()
+
+    def turns(self, run_id: str, case_id: str, repetition: int = 0) -> list[Turn]:
+        statement = (
+            select(TurnRow)
+            .where(TurnRow.run_id == run_id, TurnRow.case_id == case_id, TurnRow.repetition == repetition)
+            .order_by(TurnRow.index)
+        )
+        with self.session() as session:
+            return [Turn.model_validate(row, from_attributes=True) for row in session.exec(statement)]
+
+    def add_judgement(self, judgement: Judgement) -> JudgementRow:
+        row = JudgementRow(**judgement.model_dump())
+        with self._write_lock, self.session() as session:
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+        return row
+
+    def judgements(self, run_id: str | None = None, case_id: str | None = None) -> list[Judgement]:
+        statement = select(JudgementRow).order_by(JudgementRow.id)
+        if run_id is not None:
+            statement = statement.where(JudgementRow.run_id == run_id)
+        if case_id is not None:
+            statement = statement.where(JudgementRow.case_id == case_id)
+        with self.session() as session:
+            return [Judgement.model_validate(row, from_attributes=True) for row in session.exec(statement)]
+
+    def add_annotation(self, annotation: Annotation) -> AnnotationRow:
+        row = AnnotationRow(**annotation.model_dump())
+        with self._write_lock, self.session() as session:
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+        return row
+
+    def annotations(self, task: str | None = None) -> list[AnnotationRow]:
+        statement = select(AnnotationRow).order_by(AnnotationRow.id)
+        if task is not None:
+            statement = statement.where(AnnotationRow.task == task)
+        with self.session() as session:
+            return list(session.exec(statement))
+
+    def counts(self) -> dict[str, int]:
+        """Row counts per table, for the sidebar's store status."""
+        tables = {"runs": RunRow, "case_results": CaseResultRow, "judgements": JudgementRow,
+                  "annotations": AnnotationRow}
+        with self.session() as session:
+            return {name: session.exec(select(func.count()).select_from(table)).one() for name, table in tables.items()}
+
+
+def new_run_id(benchmark: str) -> str:
+    return f"{benchmark}-{utc_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def open_store(url: str) -> Store:
+    """One ``Store`` (and so one connection pool) per URL per process."""
+    with _stores_lock:
+        if url not in _stores:
+            _stores[url] = Store(url)
+        return _stores[url]
