@@ -1,0 +1,96 @@
+"""Run management: list, show, resume, cancel and export stored runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from medeval_core import jobs
+from medeval_core.cli import CommandGroups, print_json
+from medeval_core.context import current_settings, current_store
+from medeval_core.runs import Progress
+
+
+def register(groups: CommandGroups) -> None:
+    runs = groups.top.add_parser("runs", help="list and inspect stored runs").add_subparsers(
+        dest="runs_command", required=True, metavar="ACTION"
+    )
+    listing = runs.add_parser("list", help="list runs, newest first")
+    listing.add_argument("--benchmark")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_list)
+
+    show = runs.add_parser("show", help="status, counts and summary of one run")
+    show.add_argument("run_id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=_show)
+
+    export = runs.add_parser("export", help="write a run's case results to .csv or .jsonl")
+    export.add_argument("run_id")
+    export.add_argument("--out", type=Path, required=True)
+    export.set_defaults(handler=_export)
+
+    resume = groups.top.add_parser("resume", help="continue a run: finished cases are skipped, failed ones retried")
+    resume.add_argument("run_id")
+    resume.add_argument("--workers", type=int, default=1)
+    resume.add_argument("--json", action="store_true")
+    resume.set_defaults(handler=_resume)
+
+    cancel = groups.top.add_parser("cancel", help="ask a running run to stop after its in-flight cases")
+    cancel.add_argument("run_id")
+    cancel.set_defaults(handler=_cancel)
+
+
+def print_progress(progress: Progress) -> None:
+    """One status line on stderr, so that --json output on stdout stays clean."""
+    eta = f"{progress.eta_s:.0f}s" if progress.eta_s is not None else "?"
+    print(f"\r[{progress.run_id}] done {progress.done}  failed {progress.failed}  pending {progress.pending}  "
+          f"{progress.rate_per_s:.2f}/s  eta {eta}   ", end="", file=sys.stderr, flush=True)
+
+
+def _list(args: argparse.Namespace) -> int:
+    rows = current_store().list_runs(benchmark=args.benchmark)
+    if args.json:
+        print_json([row.model_dump(mode="json", exclude={"config"}) for row in rows])
+        return 0
+    if not rows:
+        print("No runs stored yet.")
+    for row in rows:
+        print(f"{row.id}  {row.benchmark:<10} {row.status:<10} {row.created_at:%Y-%m-%d %H:%M}  {row.label}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    store = current_store()
+    row = store.get_run(args.run_id)
+    counts = store.result_counts(args.run_id)
+    payload = {**row.model_dump(mode="json"), "counts": counts}
+    if args.json:
+        print_json(payload)
+        return 0
+    print(f"{row.id}: {row.benchmark}, {row.status}; expected {row.expected_cases}, results {counts}")
+    print_json(row.summary)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    path = jobs.export_results(current_store(), args.run_id, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    report = jobs.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
+                         on_progress=None if args.json else print_progress)
+    if args.json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        print(f"\n{report.run_id}: {report.status}; done {report.done}, failed {report.failed}, pending {report.pending}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    current_store().request_cancel(args.run_id)
+    print(f"Cancellation requested for {args.run_id}; it stops after the cases in flight.")
+    return 0

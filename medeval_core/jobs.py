@@ -1,0 +1,84 @@
+"""Launch, resume, summarise and export runs by benchmark name: the one entry point for the CLI and the pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from medeval_core.benchmarks import plan_for
+from medeval_core.records import CaseResult, RunConfig
+from medeval_core.runs import BatchRunner, ProgressCallback, RunReport
+from medeval_core.settings import Settings, runtime_versions
+from medeval_core.store import Store, StoreError
+
+
+def new_run_config(benchmark: str, settings: Settings, params: dict, label: str = "", repetitions: int = 1) -> RunConfig:
+    """A run config that records the effective settings, their hash and the library versions."""
+    return RunConfig(
+        benchmark=benchmark,
+        label=label,
+        params=params,
+        settings=settings.effective(),
+        settings_hash=settings.settings_hash(),
+        versions=runtime_versions(),
+        repetitions=repetitions,
+    )
+
+
+def launch(
+    config: RunConfig,
+    settings: Settings,
+    store: Store,
+    workers: int = 1,
+    run_id: str | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> RunReport:
+    """Start a run, or continue it when ``run_id`` names an existing run of the same benchmark."""
+    plan = plan_for(config, settings)
+    runner = BatchRunner(store, workers=workers, on_progress=on_progress)
+    existing = store.find_run(run_id) if run_id else None
+    if existing is not None:
+        if existing.benchmark != config.benchmark:
+            raise StoreError(f"Run {run_id!r} is a {existing.benchmark} run; choose another id for {config.benchmark}.")
+        report = runner.resume(existing.id, plan.cases, plan.run_case)
+    else:
+        report = runner.start(config, plan.cases, plan.run_case, run_id=run_id)
+    store.update_run(report.run_id, summary=plan.summarize(store.results(report.run_id)))
+    return report
+
+
+def resume(
+    run_id: str, settings: Settings, store: Store, workers: int = 1, on_progress: ProgressCallback | None = None
+) -> RunReport:
+    """Continue a stored run with the configuration it was started with."""
+    config = RunConfig.model_validate(store.get_run(run_id).config)
+    return launch(config, settings, store, workers=workers, run_id=run_id, on_progress=on_progress)
+
+
+def results_frame(results: list[CaseResult]) -> pd.DataFrame:
+    """One row per case result, outputs and metrics flattened into columns."""
+    rows = [
+        {
+            "run_id": r.run_id, "case_id": r.case_id, "repetition": r.repetition, "status": r.status.value,
+            "error": r.error, "started_at": r.started_at, "finished_at": r.finished_at,
+            **{f"metric.{k}": v for k, v in r.metrics.items()},
+            **{f"output.{k}": v for k, v in r.output.items()},
+        }
+        for r in results
+    ]
+    return pd.DataFrame(rows)
+
+
+def export_results(store: Store, run_id: str, path: Path) -> Path:
+    """Write a run's case results as CSV or JSON Lines, chosen by the file's suffix."""
+    frame = results_frame(store.results(run_id))
+    writers = {".csv": lambda: frame.to_csv(path, index=False),
+               ".jsonl": lambda: frame.to_json(path, orient="records", lines=True, date_format="iso")}
+    try:
+        writer = writers[path.suffix.lower()]
+    except KeyError:
+        raise StoreError(f"Cannot export to {path.name}: use a .csv or .jsonl file name.") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer()
+    return path
