@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import medeval_core
 
@@ -107,10 +106,10 @@ class BackendSettings(_Strict):
     chat: BackendChoice
 
 
-class EnvironmentOverrides(BaseSettings):
+class EnvironmentOverrides(BaseModel):
     """``MEDEVAL_*`` environment variables; each one set replaces the matching file value."""
 
-    model_config = SettingsConfigDict(env_prefix="MEDEVAL_", extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     data_dir: Path | None = None
     db_url: str | None = None
@@ -187,9 +186,12 @@ def default_db_url() -> str:
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Read ``configs/`` and apply the environment. Raises ``SettingsError`` with a readable message."""
+    """Read ``configs/`` and apply ``environ`` (the process environment by default).
+
+    Raises ``SettingsError`` with a readable message.
+    """
     try:
-        env = EnvironmentOverrides(**_env_kwargs(environ)) if environ is not None else EnvironmentOverrides()
+        env = EnvironmentOverrides.model_validate(_env_kwargs(os.environ if environ is None else environ))
     except ValidationError as exc:
         raise SettingsError(f"A MEDEVAL_* environment variable has an invalid value: {exc}") from exc
     config_dir = (env.config_dir or DEFAULT_CONFIG_DIR).resolve()

@@ -246,8 +246,12 @@ class Store:
                 session.commit()
             except IntegrityError as exc:
                 session.rollback()
-                raise DuplicateResultError(
-                    f"Case {result.case_id!r} of run {result.run_id!r} was written concurrently; the first is kept."
+                if "UNIQUE" in str(exc.orig).upper():
+                    raise DuplicateResultError(
+                        f"Case {result.case_id!r} of run {result.run_id!r} was written concurrently; the first is kept."
+                    ) from exc
+                raise StoreError(
+                    f"The result of case {result.case_id!r} was rejected ({exc.orig}); does run {result.run_id!r} exist?"
                 ) from exc
             session.refresh(row)
         return row

@@ -1,0 +1,23 @@
+"""The workbench's pages: one entry per page file. ``app.py`` builds the navigation from it and the home page
+describes each entry, so adding a page is one line here."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class PageInfo(BaseModel):
+    path: str
+    title: str
+    icon: str
+    section: str
+    description: str
+    url_path: str
+
+
+HOME = PageInfo(
+    path="pages/home.py", title="Home", icon=":material/home:", section="medeval", url_path="home",
+    description="What medeval does, the state of the store, the data sources and the model backends.",
+)
+
+PAGES: list[PageInfo] = [HOME]

@@ -1,0 +1,61 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from medeval_core.cli import main
+from medeval_core.records import CaseResult, CaseStatus, RunConfig
+from medeval_core.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "medeval_core", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_check_reported_prints_the_documents_numbers() -> None:
+    result = run_cli("check-reported", "--wilson", "72/158")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "PanDerm     90/160 = 56.25 %" in out
+    assert "SkinGPT-R1  81/160 = 50.63 %" in out
+    assert "9 cases, 5.63 percentage points" in out
+    assert "72/158 (45.57 %): 38.00-53.35" in out
+    assert "All reported values match." in out
+
+
+def test_check_reported_json(capsys) -> None:
+    assert main(["check-reported", "--json", "--wilson", "72/158"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [(m["name"], m["percent"]) for m in payload["models"]] == [("PanDerm", "56.25"), ("SkinGPT-R1", "50.63")]
+    assert payload["difference"]["cases"] == 9 and payload["difference"]["points"] == "5.63"
+    assert payload["difference"]["points_unrounded"] == 5.625
+    assert payload["wilson"][0]["wilson_low_percent"] == "38.00"
+    assert payload["wilson"][0]["wilson_high_percent"] == "53.35"
+    assert payload["all_match"] is True
+
+
+def test_bad_counts_give_one_clear_sentence(capsys) -> None:
+    assert main(["check-reported", "--wilson", "80/72"]) == 2
+    assert "needs 0 <= successes <= total" in capsys.readouterr().err
+
+
+def test_runs_list_show_and_export(isolated_store: str, tmp_path: Path, capsys) -> None:
+    store = Store(isolated_store)
+    store.create_run(RunConfig(benchmark="demo", label="smoke"), run_id="demo-1")
+    store.save_result(CaseResult(run_id="demo-1", case_id="c1", status=CaseStatus.OK, metrics={"correct": True}))
+    store.save_result(CaseResult(run_id="demo-1", case_id="c2", status=CaseStatus.FAILED, error="timeout"))
+    assert main(["runs", "list"]) == 0
+    assert "demo-1" in capsys.readouterr().out
+    assert main(["runs", "show", "demo-1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"] == {"ok": 1, "failed": 1}
+    out = tmp_path / "results.csv"
+    assert main(["runs", "export", "demo-1", "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("run_id,case_id,repetition,status") and len(lines) == 3
+    assert main(["runs", "export", "demo-1", "--out", str(tmp_path / "x.xlsx")]) == 2
+    assert "use a .csv or .jsonl" in capsys.readouterr().err
+    assert main(["resume", "nope"]) == 2
+    assert "No run with id 'nope'" in capsys.readouterr().err
