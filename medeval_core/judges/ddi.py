@@ -1,0 +1,235 @@
+"""The DDI judge interface: one verdict per (reference, response), from the LLM judge or the offline rules.
+
+Everything else (the lesion page, ``run ddi``, ``judge ddi``) uses only this module: ``make_ddi_judge`` picks the
+implementation from the settings, ``judge_many`` judges a batch with the judge's own concurrency, and
+``record_attempts`` stores every attempt (failed ones too) as a ``Judgement``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from medeval_core.metrics.stats import wilson_interval
+from medeval_core.records import Judgement
+from medeval_core.settings import Settings, SettingsError, api_key
+from medeval_core.store import Store
+
+
+class JudgeError(RuntimeError):
+    """No valid verdict: the last attempt failed, or the error is one that retrying cannot fix."""
+
+
+class DdiVerdict(BaseModel):
+    """The judge's answer: exactly these three keys, ``correct`` a real Boolean, ``reason`` non-empty."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    predicted_diagnosis: str
+    correct: bool
+    reason: str
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("reason must be a non-empty string")
+        return value
+
+    @model_validator(mode="after")
+    def _no_credit_without_diagnosis(self) -> DdiVerdict:
+        # The protocol: no identifiable final diagnosis means an empty prediction and correct=false.
+        if self.correct and not self.predicted_diagnosis.strip():
+            raise ValueError("correct=true needs a non-empty predicted_diagnosis")
+        return self
+
+
+class DdiJudgeItem(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    case_id: str
+    reference: str
+    response: str
+
+
+class JudgeAttempt(BaseModel):
+    """One try at judging one item; what ``record_attempts`` stores."""
+
+    attempt: int = Field(ge=1)
+    ok: bool
+    verdict: DdiVerdict | None = None
+    latency_s: float
+    http_status: int | None = None
+    error: str | None = None
+
+
+AttemptCallback = Callable[[JudgeAttempt], None]
+
+
+class DdiJudge(Protocol):
+    name: str
+    """Recorded with every judgement, e.g. ``offline-rules-v1`` or ``openai:qwen3.8-max``."""
+    model: str
+    concurrency: int
+    progress_every: int
+
+    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None) -> DdiVerdict:
+        """The verdict, or ``JudgeError`` once the retries are spent; ``on_attempt`` sees every attempt."""
+        ...
+
+
+def make_ddi_judge(
+    settings: Settings,
+    backend: str | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+) -> DdiJudge:
+    """The judge the settings (or the explicit overrides) ask for; the offline rules when no endpoint is set."""
+    choice = settings.backends.judge
+    if backend is None:
+        # A URL alone means an OpenAI-compatible endpoint, as with MEDEVAL_JUDGE_BASE_URL.
+        backend = "openai" if base_url else choice.backend
+    if backend in ("offline", "none"):
+        from medeval_core.judges.offline import OfflineDdiJudge
+
+        return OfflineDdiJudge.from_settings(settings)
+    if backend != "openai":
+        raise SettingsError(f"The DDI judge cannot use the {backend!r} backend; choose 'offline' or 'openai'.")
+    from medeval_core.judges.openai_judge import OpenAIDdiJudge
+
+    url = base_url or choice.base_url or settings.judge.base_url
+    key = api_key(choice.api_key_env)
+    if not key:
+        if url.rstrip("/") == settings.judge.base_url.rstrip("/"):
+            raise SettingsError(
+                f"The judge endpoint {url} needs an API key: set the environment variable {choice.api_key_env}, "
+                "or use the offline judge (--judge offline)."
+            )
+        # Local OpenAI-compatible servers (vLLM, Ollama) accept any key; the SDK insists on one.
+        key = "EMPTY"
+    return OpenAIDdiJudge.from_settings(settings, base_url=url, model=model or choice.model or settings.judge.model,
+                                        api_key=key)
+
+
+def record_attempts(store: Store, run_id: str | None, judge: DdiJudge, case_id: str,
+                    repetition: int = 0) -> AttemptCallback:
+    """An ``on_attempt`` callback that stores each attempt as a ``Judgement`` (no key or prompt is stored)."""
+
+    def store_attempt(attempt: JudgeAttempt) -> None:
+        store.add_judgement(
+            Judgement(
+                run_id=run_id, case_id=case_id, repetition=repetition, judge_name=judge.name,
+                judge_model=judge.model, attempt=attempt.attempt, ok=attempt.ok,
+                verdict=attempt.verdict.model_dump() if attempt.verdict else {},
+                latency_s=attempt.latency_s, http_status=attempt.http_status, error=attempt.error,
+            )
+        )
+
+    return store_attempt
+
+
+def accuracy_summary(expected: int, judged: int, correct: int, failed: int) -> dict[str, Any]:
+    """``accuracy_expected`` over all expected cases and ``accuracy_judged`` over judged ones, Wilson 95 % each.
+
+    Unjudged cases are neither right nor wrong in ``accuracy_judged``; ``accuracy_expected`` counts them as not
+    correct, so the two together bound what the missing verdicts could change.
+    """
+    if not 0 <= correct <= judged or judged + failed > expected:
+        raise ValueError(f"Inconsistent counts: expected {expected}, judged {judged}, correct {correct}, "
+                         f"failed {failed}.")
+    pending = expected - judged - failed
+    return {
+        "expected": expected,
+        "judged": judged,
+        "correct": correct,
+        "failed": failed,
+        "pending": pending,
+        "accuracy_expected": correct / expected if expected else None,
+        "accuracy_expected_wilson95": list(wilson_interval(correct, expected)) if expected else None,
+        "accuracy_judged": correct / judged if judged else None,
+        "accuracy_judged_wilson95": list(wilson_interval(correct, judged)) if judged else None,
+    }
+
+
+class JudgeProgress(BaseModel):
+    total: int
+    done: int
+    judged: int
+    failed: int
+    elapsed_s: float
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.done
+
+
+class JudgeBatchReport(BaseModel):
+    judge_name: str
+    judge_model: str
+    total: int
+    verdicts: dict[str, DdiVerdict]
+    errors: dict[str, str]
+    elapsed_s: float
+
+    def summary(self) -> dict[str, Any]:
+        correct = sum(verdict.correct for verdict in self.verdicts.values())
+        return {
+            "judge": self.judge_name,
+            "judge_model": self.judge_model,
+            **accuracy_summary(self.total, len(self.verdicts), correct, len(self.errors)),
+        }
+
+
+def judge_many(
+    judge: DdiJudge,
+    items: Iterable[DdiJudgeItem],
+    *,
+    store: Store | None = None,
+    run_id: str | None = None,
+    on_progress: Callable[[JudgeProgress], None] | None = None,
+    concurrency: int | None = None,
+) -> JudgeBatchReport:
+    """Judge every item with ``concurrency`` (default: the judge's) workers; a case that fails ends in ``errors``.
+
+    Progress is reported every ``judge.progress_every`` completed cases and once at the end. With a store, every
+    attempt is stored under ``run_id``.
+    """
+    batch = list(items)
+    ids = [item.case_id for item in batch]
+    if len(set(ids)) != len(ids):
+        raise ValueError("Each item needs its own case_id; the batch repeats some.")
+    verdicts: dict[str, DdiVerdict] = {}
+    errors: dict[str, str] = {}
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def progress() -> JudgeProgress:
+        return JudgeProgress(total=len(batch), done=len(verdicts) + len(errors), judged=len(verdicts),
+                             failed=len(errors), elapsed_s=time.monotonic() - started)
+
+    def one(item: DdiJudgeItem) -> None:
+        callback = record_attempts(store, run_id, judge, item.case_id) if store is not None else None
+        try:
+            verdict = judge.judge(item, on_attempt=callback)
+        except JudgeError as exc:
+            outcome: tuple[str, Any] = ("error", str(exc))
+        else:
+            outcome = ("verdict", verdict)
+        with lock:
+            (verdicts if outcome[0] == "verdict" else errors)[item.case_id] = outcome[1]
+            snapshot = progress()
+        if on_progress is not None and snapshot.done % judge.progress_every == 0 and snapshot.done < len(batch):
+            on_progress(snapshot)
+
+    with ThreadPoolExecutor(max_workers=concurrency or judge.concurrency, thread_name_prefix="ddi-judge") as pool:
+        for future in [pool.submit(one, item) for item in batch]:
+            future.result()
+    if on_progress is not None:
+        on_progress(progress())
+    return JudgeBatchReport(judge_name=judge.name, judge_model=judge.model, total=len(batch), verdicts=verdicts,
+                            errors=errors, elapsed_s=time.monotonic() - started)
