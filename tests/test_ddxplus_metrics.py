@@ -1,0 +1,267 @@
+"""DDXPlus metrics: hand-worked patients, and the vectorised scorer against a plain-Python reference.
+
+The reference below reads the raw files with csv/ast/json only and follows design.md §3.2 one patient at a
+time, so it shares no code with medeval_core.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from medeval_core.benchmarks.ddxplus.kb import load_kb
+from medeval_core.benchmarks.ddxplus.patients import load_patients
+from medeval_core.benchmarks.ddxplus.scoring import PredictionFileError, read_predictions, score
+from medeval_core.metrics.ddxplus import METRIC_KEYS, per_patient, top_columns
+from tests.ddxplus_fixtures import ddxplus_dir, sample_csv, write_patients
+
+THRESHOLD = 0.01
+
+
+# Plain-Python reference ------------------------------------------------------------------------------------
+
+
+def reference_scores(kb_dir: Path, patients_csv: Path, predictions_jsonl: Path) -> dict[str, float]:
+    evidences = json.loads((kb_dir / "release_evidences.json").read_text(encoding="utf-8"))
+    with patients_csv.open(newline="", encoding="utf-8") as handle:
+        patients = list(csv.DictReader(handle))
+    predictions = {}
+    for line in predictions_jsonl.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            predictions[record["index"]] = record
+    totals = {key: [] for key in METRIC_KEYS}
+    for index, patient in enumerate(patients):
+        gt = {name for name, mass in ast.literal_eval(patient["DIFFERENTIAL_DIAGNOSIS"]) if mass > THRESHOLD}
+        record = predictions.get(index, {"differential": {}, "inquired": []})
+        differential = record["differential"]
+        if isinstance(differential, list):
+            differential = dict(differential)
+        pred = {name for name, mass in differential.items() if mass > THRESHOLD}
+        tp = len(gt & pred)
+        ddr = tp / len(gt) * 100 if gt else 0.0
+        ddp = tp / len(pred) * 100 if pred else 0.0
+        ddf1 = 2 * ddr * ddp / (ddr + ddp) if ddr + ddp > 0 else 0.0
+        truth = patient["PATHOLOGY"]
+        top = max(differential, key=differential.get) if differential else None
+        present = set()
+        for code in ast.literal_eval(patient["EVIDENCES"]):
+            root, _, value = code.partition("_@_")
+            entry = evidences[root]
+            if entry["data_type"] == "B" or value != str(entry["default_value"]):
+                present.add(root)
+        inquired = {code.partition("_@_")[0] for code in record.get("inquired", [])}
+        inquired.add(patient["INITIAL_EVIDENCE"])
+        per = len(inquired & present) / len(present) * 100 if present else 0.0
+        values = {
+            "DDR": ddr, "DDP": ddp, "DDF1": ddf1,
+            "GTPA": 100.0 if truth in pred else 0.0,
+            "GTPA@1": 100.0 if truth in pred and top == truth else 0.0,
+            "PER": per, "IL": len(record.get("inquired", [])) + 1,
+        }
+        for key, value in values.items():
+            totals[key].append(value)
+    return {key: sum(values) / len(values) for key, values in totals.items()}
+
+
+# Hand-worked patients ----------------------------------------------------------------------------------------
+
+HAND_PATIENTS = [
+    # 0: multi-choice root with two values, a default-only multi-choice root, a default categorical root.
+    [40, [["Pneumonia", 0.5], ["Bronchitis", 0.3], ["URTI", 0.19], ["Influenza", 0.01], ["Tuberculosis", 0.0]],
+     "M", "Pneumonia", ["E_53", "E_55_@_V_89", "E_55_@_V_62", "E_57_@_V_123", "E_204_@_V_10", "E_91"], "E_91"],
+    # 1: empty prediction.
+    [25, [["URTI", 0.6], ["Influenza", 0.4]], "F", "URTI", ["E_91", "E_201"], "E_201"],
+    # 2 and 3: a tie at the top mass, the true pathology listed second (2) or first (3).
+    [60, [["Pneumonia", 0.7], ["Bronchitis", 0.3]], "F", "Pneumonia", ["E_91"], "E_91"],
+    [60, [["Pneumonia", 0.7], ["Bronchitis", 0.3]], "F", "Pneumonia", ["E_91"], "E_91"],
+    # 4: the true pathology is the top but carries exactly the threshold mass.
+    [5, [["Croup", 0.9], ["Bronchiolitis", 0.1]], "M", "Croup", ["E_91", "E_56_@_0"], "E_91"],
+]
+HAND_PREDICTIONS = [
+    {"index": 0, "differential": {"Bronchitis": 0.6, "Pneumonia": 0.3, "Influenza": 0.1, "Tuberculosis": 0.0},
+     "inquired": ["E_55", "E_204", "E_57_@_V_123"]},
+    {"index": 1, "differential": {}, "inquired": []},
+    {"index": 2, "differential": {"URTI": 0.4, "Pneumonia": 0.4, "Bronchitis": 0.2}, "inquired": ["E_91"]},
+    {"index": 3, "differential": [["Pneumonia", 0.4], ["URTI", 0.4], ["Bronchitis", 0.2]], "inquired": []},
+    {"index": 4, "differential": {"Croup": 0.01}, "inquired": ["E_56", "E_56"]},
+]
+# Worked by hand from design.md §3.2.
+HAND_EXPECTED = [
+    # GT {Pneumonia, Bronchitis, URTI}; P {Bronchitis, Pneumonia, Influenza}; present {E_53, E_55, E_91},
+    # inquired {E_55, E_204, E_57, E_91}.
+    {"DDR": 200 / 3, "DDP": 200 / 3, "DDF1": 200 / 3, "GTPA": 100.0, "GTPA@1": 0.0, "PER": 200 / 3, "IL": 4.0},
+    {"DDR": 0.0, "DDP": 0.0, "DDF1": 0.0, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 50.0, "IL": 1.0},
+    {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 2.0},
+    {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 100.0, "PER": 100.0, "IL": 1.0},
+    # E_56_@_0 is the default intensity: not present. P is empty (0.01 is not above the threshold).
+    {"DDR": 0.0, "DDP": 0.0, "DDF1": 0.0, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 3.0},
+]
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return load_kb(ddxplus_dir())
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def test_hand_worked_patients(tmp_path, kb):
+    patients = load_patients(write_patients(tmp_path / "p.csv", HAND_PATIENTS), kb)
+    assert patients.report.n_skipped == 0
+    report = score(patients, read_predictions(_write_jsonl(tmp_path / "p.jsonl", HAND_PREDICTIONS), patients))
+    for i, expected in enumerate(HAND_EXPECTED):
+        got = {key: float(report.per_patient[key][i]) for key in METRIC_KEYS}
+        assert got == pytest.approx(expected, abs=1e-12), f"patient {i}"
+    for key in METRIC_KEYS:
+        assert report.metrics[key] == pytest.approx(sum(e[key] for e in HAND_EXPECTED) / 5, abs=1e-12)
+    assert report.metrics == pytest.approx(
+        reference_scores(ddxplus_dir(), tmp_path / "p.csv", tmp_path / "p.jsonl"), abs=1e-12)
+
+
+def test_missing_line_is_an_empty_prediction_with_a_warning(tmp_path, kb):
+    patients = load_patients(write_patients(tmp_path / "p.csv", HAND_PATIENTS), kb)
+    predictions = read_predictions(_write_jsonl(tmp_path / "p.jsonl", HAND_PREDICTIONS[:1]), patients)
+    assert any("no prediction line" in warning and "IL = 1" in warning for warning in predictions.warnings)
+    report = score(patients, predictions)
+    assert report.per_patient["IL"].tolist() == [4.0, 1.0, 1.0, 1.0, 1.0]
+    assert report.per_patient["DDF1"][1:].tolist() == [0.0] * 4
+    # Only the initial evidence counts as inquired for a patient without a line.
+    assert report.per_patient["PER"][1] == 50.0
+
+
+def test_top_ties_follow_listing_order():
+    mass = np.array([[0.4, 0.4, 0.2], [0.4, 0.4, 0.2], [0.1, 0.5, 0.5]])
+    order = np.array([[1, 0, 2], [0, 1, 2], [0, 2, 1]])
+    assert top_columns(mass, order).tolist() == [1, 0, 2]
+    assert top_columns(mass).tolist() == [0, 0, 1]
+
+
+def test_sparse_and_dense_root_sets_agree():
+    from scipy import sparse
+
+    rng = np.random.default_rng(3)
+    present = rng.random((50, 30)) < 0.2
+    present[:, 0] = True
+    inquired = rng.random((50, 30)) < 0.3
+    args = dict(gt_mass=rng.random((50, 4)), pathology=rng.integers(0, 4, 50), pred_mass=rng.random((50, 6)),
+                n_questions=rng.integers(0, 30, 50))
+    dense = per_patient(present=present, inquired=inquired, **args)
+    mixed = per_patient(present=sparse.csr_matrix(present), inquired=inquired, **args)
+    both = per_patient(present=sparse.csr_matrix(present), inquired=sparse.csr_matrix(inquired), **args)
+    for key in METRIC_KEYS:
+        np.testing.assert_array_equal(dense[key], mixed[key])
+        np.testing.assert_array_equal(dense[key], both[key])
+
+
+def _random_predictions(names: list[str], codes: list[str], n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    lines = []
+    for index in range(n):
+        if rng.random() < 0.05:
+            continue  # missing line
+        chosen = rng.sample(names, rng.randint(0, 12))
+        style = rng.random()
+        masses = {}
+        for name in chosen:
+            masses[name] = rng.choice([0.0, 0.01, 0.010000001, rng.random(), rng.random() / 50])
+        if chosen and style < 0.3:
+            top = max(masses.values())
+            masses[rng.choice(chosen)] = top  # ties at the top
+        if rng.random() < 0.05:
+            masses["Not a pathology"] = rng.random()
+        inquired = [rng.choice(codes) for _ in range(rng.randint(0, 30))]
+        if rng.random() < 0.05:
+            inquired.append("E_99999")
+        differential = list(map(list, masses.items())) if style > 0.9 else masses
+        lines.append({"index": index, "differential": differential, "inquired": inquired})
+    rng.shuffle(lines)
+    return lines
+
+
+def test_vectorised_scores_match_plain_reference_on_sample(tmp_path, kb):
+    names = kb.pathology_names
+    codes = kb.roots + ["E_55_@_V_89", "E_204_@_V_10", "E_54_@_V_161"]
+    with sample_csv().open(newline="") as handle:
+        n = sum(1 for _ in csv.DictReader(handle))
+    patients = load_patients(sample_csv(), kb)
+    for seed in range(3):
+        path = _write_jsonl(tmp_path / f"pred{seed}.jsonl", _random_predictions(names, codes, n, seed))
+        ours = score(patients, read_predictions(path, patients)).metrics
+        theirs = reference_scores(ddxplus_dir(), sample_csv(), path)
+        for key in METRIC_KEYS:
+            assert math.isclose(ours[key], theirs[key], abs_tol=1e-9), (seed, key, ours[key], theirs[key])
+
+
+def test_ground_truth_as_prediction_gives_perfect_differential(tmp_path, kb):
+    patients = load_patients(sample_csv(), kb)
+    with sample_csv().open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    lines = [{"index": i, "differential": ast.literal_eval(r["DIFFERENTIAL_DIAGNOSIS"]), "inquired": []}
+             for i, r in enumerate(rows)]
+    metrics = score(patients, read_predictions(_write_jsonl(tmp_path / "gt.jsonl", lines), patients)).metrics
+    assert metrics["DDF1"] == metrics["DDR"] == metrics["DDP"] == 100.0
+    assert 70 < metrics["GTPA@1"] < 78  # design.md: the exact GT differential gets GTPA@1 about 74
+
+
+@pytest.mark.parametrize("line, message", [
+    ("not json", "not valid JSON"),
+    ('{"index": 0}', "needs an object"),
+    ('{"index": 99, "differential": {}}', "not a row"),
+    ('{"index": 0, "differential": {"URTI": "high"}}', "finite numbers"),
+    ('{"index": 0, "differential": {}, "inquired": "E_91"}', "list of evidence codes"),
+])
+def test_bad_prediction_lines_are_named(tmp_path, kb, line, message):
+    patients = load_patients(write_patients(tmp_path / "p.csv", HAND_PATIENTS), kb)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(PredictionFileError, match=message):
+        read_predictions(path, patients)
+
+
+def test_duplicate_index_is_an_error(tmp_path, kb):
+    patients = load_patients(write_patients(tmp_path / "p.csv", HAND_PATIENTS), kb)
+    path = _write_jsonl(tmp_path / "dup.jsonl", [HAND_PREDICTIONS[0], HAND_PREDICTIONS[0]])
+    with pytest.raises(PredictionFileError, match="already has a prediction"):
+        read_predictions(path, patients)
+
+
+def test_score_command_json_has_exactly_the_seven_keys(tmp_path):
+    kb_dir = ddxplus_dir()
+    csv_path = write_patients(tmp_path / "p.csv", HAND_PATIENTS)
+    jsonl = _write_jsonl(tmp_path / "p.jsonl", HAND_PREDICTIONS[:4])
+    done = subprocess.run(
+        [sys.executable, "-m", "medeval_core", "score", "ddxplus", "--patients", str(csv_path),
+         "--predictions", str(jsonl), "--kb", str(kb_dir), "--json"],
+        capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert list(payload) == list(METRIC_KEYS)
+    assert payload == pytest.approx(reference_scores(kb_dir, csv_path, jsonl), abs=1e-9)
+    assert "no prediction line" in done.stderr
+
+
+def test_score_command_reports_a_bad_file_in_one_sentence(tmp_path):
+    csv_path = write_patients(tmp_path / "p.csv", HAND_PATIENTS)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "medeval_core", "score", "ddxplus", "--patients", str(csv_path),
+         "--predictions", str(bad), "--kb", str(ddxplus_dir())],
+        capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: bad.jsonl line 1 is not valid JSON")
