@@ -20,6 +20,7 @@ from medeval_core.store import StoreError
 COMMAND_MODULES = (
     "medeval_core.commands.reported",
     "medeval_core.commands.runs",
+    "medeval_core.commands.data",
     "medeval_core.commands.ddxplus",
 )
 

@@ -1,0 +1,113 @@
+"""``data status`` and ``data fetch``: what the data directory holds, and downloading the public releases."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from medeval_core.cli import CommandError, CommandGroups, print_json
+from medeval_core.data import (
+    DEFAULT_ISIC_IDS,
+    FETCHABLE,
+    DataError,
+    FetchProgress,
+    SourceStatus,
+    data_status,
+    fetch,
+    validate_isic_ids,
+)
+from medeval_core.settings import load_settings
+
+_SHOWN_FILES = 4
+
+
+def register(groups: CommandGroups) -> None:
+    parser = groups.top.add_parser(
+        "data", help="find and download the data releases",
+        description="Show which data sources MEDEVAL_DATA_DIR holds, and fetch the public ones.",
+    )
+    actions = parser.add_subparsers(dest="data_action", required=True, metavar="ACTION")
+
+    status = actions.add_parser("status", help="report each source as found, partial or missing")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    status.set_defaults(handler=_status)
+
+    fetch_parser = actions.add_parser(
+        "fetch", help="download a public release (needs internet)",
+        description="Download a public release into its folder under the data directory, checking sizes and "
+        "checksums; files already present and intact are kept, so an interrupted fetch can simply be rerun.",
+    )
+    fetch_parser.add_argument("name", choices=FETCHABLE, help="the release to download")
+    fetch_parser.add_argument("--dest", type=Path, default=None, metavar="DIR",
+                              help="data directory to fill (default: MEDEVAL_DATA_DIR)")
+    fetch_parser.add_argument("--isic-ids", default=",".join(DEFAULT_ISIC_IDS), metavar="IDS",
+                              help="comma-separated ISIC image ids for `fetch isic` (default: %(default)s)")
+    fetch_parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    fetch_parser.set_defaults(handler=_fetch)
+
+
+def _describe(status: SourceStatus) -> list[str]:
+    files = ", ".join(status.files[:_SHOWN_FILES])
+    if len(status.files) > _SHOWN_FILES:
+        files += f", ... ({len(status.files)} files)"
+    lines = [f"{status.source.name:<12} {status.state:<8} {status.source.title}" + (f": {files}" if files else "")]
+    if status.state != "found":
+        lines.append(f"{'':<21} missing: {'; '.join(status.missing)}")
+        lines.append(f"{'':<21} to get it: {status.how_to_get}")
+    return lines
+
+
+def _status(args: argparse.Namespace) -> int:
+    data_dir = load_settings().data_dir
+    statuses = data_status(data_dir)
+    if args.json:
+        print_json({"data_dir": str(data_dir), "sources": [s.model_dump(mode="json") for s in statuses]})
+        return 0
+    print(f"Data directory: {data_dir} (set MEDEVAL_DATA_DIR to change it)")
+    for status in statuses:
+        print("\n".join(_describe(status)))
+    return 0
+
+
+class _ProgressPrinter:
+    """Prints one line per tenth of each file (and one when it completes), so logs stay short on big files."""
+
+    def __init__(self) -> None:
+        self._last_tenth: dict[str, int] = {}
+
+    def __call__(self, event: FetchProgress) -> None:
+        if event.stage != "downloading":
+            print(f"  {event.file}: {event.stage} ({event.done_bytes:,} bytes)", file=sys.stderr)
+            return
+        if not event.total_bytes:
+            return
+        tenth = event.done_bytes * 10 // event.total_bytes
+        if tenth != self._last_tenth.get(event.file) and tenth < 10:
+            self._last_tenth[event.file] = tenth
+            print(f"  {event.file}: {tenth * 10} % of {event.total_bytes:,} bytes", file=sys.stderr)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    try:
+        isic_ids = validate_isic_ids(i.strip() for i in args.isic_ids.split(",") if i.strip())
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    data_dir = (args.dest or load_settings().data_dir).resolve()
+    print(f"Fetching {args.name} into {data_dir}", file=sys.stderr)
+    try:
+        report = fetch(args.name, data_dir, isic_ids=isic_ids, on_progress=_ProgressPrinter())
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print_json(report.model_dump(mode="json"))
+        return 0
+    downloaded = sum(f.action == "downloaded" for f in report.files)
+    print(f"{report.source}: {len(report.files)} files from {report.origin} in {report.folder} "
+          f"({downloaded} downloaded, {len(report.files) - downloaded} already present)")
+    for item in report.files:
+        checks = " and ".join(item.checks) or "nothing published to check against"
+        licence = f", licence {item.licence}" if item.licence else ""
+        print(f"  {item.name}  {item.size:,} bytes  sha256 {item.sha256[:12]}  checked: {checks}{licence}")
+    return 0
