@@ -1,0 +1,127 @@
+"""Any OpenAI-compatible vision endpoint (vLLM, Ollama, a hosted API) as a ``VlmBackend``.
+
+The image travels as a base64 PNG data URL (lossless, so the server sees the pixels the local backend would).
+Only the sampling settings the chat-completions API defines are sent: temperature, top_p, max_tokens and seed;
+repetition penalty is not part of that API, so the backend records it as "not sent" rather than guessing a
+server-specific extension. Transient failures (429, 5xx, connection errors, timeouts) are retried with
+exponential backoff; the server does its own batching, so a batch is sent as concurrent single-image requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+from PIL import Image
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from medeval_core.backends.vlm import VlmBackendError, VlmPrompt, chat_messages, check_pairs
+from medeval_core.settings import GenerationSettings, api_key
+
+RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
+"""429, 5xx, and connection failures (``APITimeoutError`` is a connection error subclass)."""
+
+
+def image_data_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def request_parameters(settings: GenerationSettings) -> dict[str, Any]:
+    """The chat-completions sampling parameters for these settings (greedy = temperature 0, no top_p)."""
+    parameters: dict[str, Any] = {"max_tokens": settings.max_new_tokens, "seed": settings.seed}
+    if settings.do_sample:
+        parameters.update(temperature=settings.temperature, top_p=settings.top_p)
+    else:
+        parameters["temperature"] = 0.0
+    return parameters
+
+
+class OpenAIVisionBackend:
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str,
+        timeout_s: float = 600.0,
+        max_attempts: int = 6,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 60.0,
+    ) -> None:
+        self.base_url = base_url
+        self.model = model
+        self.api_key_env = api_key_env
+        self.max_attempts = max_attempts
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        # Local servers (vLLM, Ollama) accept any key, but the SDK insists on a non-empty string.
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key(api_key_env) or "unused", timeout=timeout_s, max_retries=0
+        )
+
+    @property
+    def parallel_batches(self) -> int:
+        return 1
+
+    def messages(self, image: Image.Image, prompt: VlmPrompt) -> list[dict[str, Any]]:
+        return chat_messages(prompt, {"type": "image_url", "image_url": {"url": image_data_url(image)}})
+
+    def _complete(self, image: Image.Image, prompt: VlmPrompt, settings: GenerationSettings) -> str:
+        messages = self.messages(image, prompt)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_attempts),
+            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, max=self.retry_max_s, jitter=self.retry_initial_s),
+            retry=retry_if_exception_type(RETRYABLE),
+            reraise=True,
+        )
+        try:
+            response = retrying(
+                self._client.chat.completions.create,
+                model=self.model, messages=messages, **request_parameters(settings),  # type: ignore[arg-type]
+            )
+        except openai.AuthenticationError as exc:
+            raise VlmBackendError(
+                f"The endpoint {self.base_url} refused the API key; set {self.api_key_env} to a valid key."
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise VlmBackendError(
+                f"Could not reach {self.base_url} after {self.max_attempts} attempts ({exc}); check that the "
+                "server is running and the URL ends with /v1."
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise VlmBackendError(
+                f"The endpoint {self.base_url} answered HTTP {exc.status_code} for model {self.model!r}: "
+                f"{exc.message}"
+            ) from exc
+        if not response.choices or response.choices[0].message.content is None:
+            raise VlmBackendError(f"The endpoint {self.base_url} returned no text for model {self.model!r}.")
+        return response.choices[0].message.content
+
+    def generate(self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt],
+                 settings: GenerationSettings) -> list[str]:
+        check_pairs(images, prompts)
+        if len(images) <= 1:
+            return [self._complete(image, prompt, settings) for image, prompt in zip(images, prompts, strict=True)]
+        with ThreadPoolExecutor(max_workers=min(len(images), settings.batch_size)) as pool:
+            return list(pool.map(lambda pair: self._complete(pair[0], pair[1], settings), zip(images, prompts)))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "model": self.model,
+            "base_url": self.base_url,
+            "sent_parameters": ["max_tokens", "seed", "temperature", "top_p"],
+            "not_sent": ["repetition_penalty", "min_pixels", "max_pixels"],
+        }

@@ -1,0 +1,110 @@
+"""The vision-language model role: images plus typed prompts in, generated texts out.
+
+Two implementations: a local Qwen2.5-VL checkpoint through transformers (``qwen_transformers``) and any
+OpenAI-compatible vision endpoint such as vLLM or Ollama (``openai_vision``). Callers depend only on
+``VlmBackend``; ``make_vlm_backend`` picks the implementation from the settings. Importing this module does not
+import torch, so the CLI and the app start quickly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from PIL import Image
+from pydantic import BaseModel, ConfigDict
+
+from medeval_core.settings import GenerationSettings, Settings
+
+
+class VlmPrompt(BaseModel):
+    """One request's text: an optional system message and the user text that follows the image."""
+
+    model_config = ConfigDict(frozen=True)
+
+    system: str | None = None
+    user: str
+
+
+class VlmBackendError(RuntimeError):
+    """The model cannot be loaded or called; the message says what to change."""
+
+
+class VlmNotConfiguredError(VlmBackendError):
+    pass
+
+
+NOT_CONFIGURED_MESSAGE = (
+    "No vision-language model is configured. For a local Qwen2.5-VL checkpoint set MEDEVAL_VLM_BACKEND=transformers "
+    "and MEDEVAL_VLM_MODEL=/path/to/checkpoint (a folder with config.json and safetensors shards); for an "
+    "OpenAI-compatible server (vLLM, Ollama) set MEDEVAL_VLM_BASE_URL=http://host:port/v1 and MEDEVAL_VLM_MODEL=name."
+)
+
+
+@runtime_checkable
+class VlmBackend(Protocol):
+    name: str
+    model: str
+
+    def generate(
+        self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt], settings: GenerationSettings
+    ) -> list[str]:
+        """One text per (image, prompt) pair, in order. The batch size and sampling come from ``settings``."""
+        ...
+
+    @property
+    def parallel_batches(self) -> int:
+        """How many ``generate`` calls can usefully run at once (one per GPU worker, or endpoint concurrency)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance recorded with every result: backend, model, and what was loaded or sent."""
+        ...
+
+
+def check_pairs(images: Sequence[Image.Image], prompts: Sequence[VlmPrompt]) -> None:
+    if len(images) != len(prompts):
+        raise ValueError(f"Got {len(images)} images but {len(prompts)} prompts; pass one prompt per image.")
+
+
+def chat_messages(prompt: VlmPrompt, image_part: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat conversation for one request: [system], then the user turn with the image before the text."""
+    messages: list[dict[str, Any]] = []
+    if prompt.system is not None:
+        messages.append({"role": "system", "content": [{"type": "text", "text": prompt.system}]})
+    messages.append({"role": "user", "content": [image_part, {"type": "text", "text": prompt.user}]})
+    return messages
+
+
+def greedy_settings(settings: GenerationSettings) -> GenerationSettings:
+    """The ``--greedy`` switch: the same settings with sampling off (temperature and top-p then unused)."""
+    return settings.model_copy(update={"do_sample": False})
+
+
+def make_vlm_backend(
+    settings: Settings,
+    backend: Literal["transformers", "openai"] | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+) -> VlmBackend:
+    """The configured vision backend; arguments override ``settings.backends.vlm`` (CLI flags, page inputs)."""
+    choice = settings.backends.vlm
+    kind = backend or (choice.backend if choice.backend != "none" or not base_url else "openai")
+    model_name = model or choice.model
+    if kind == "transformers":
+        if not model_name:
+            raise VlmNotConfiguredError(NOT_CONFIGURED_MESSAGE)
+        from medeval_core.backends.qwen_transformers import QwenTransformersBackend
+
+        return QwenTransformersBackend(model_name, settings.generation, devices=choice.devices)
+    if kind == "openai":
+        url = base_url or choice.base_url
+        if not url or not model_name:
+            raise VlmNotConfiguredError(
+                "The OpenAI-compatible vision backend needs both a base URL and a model name "
+                "(MEDEVAL_VLM_BASE_URL and MEDEVAL_VLM_MODEL, or --base-url and --model)."
+            )
+        from medeval_core.backends.openai_vision import OpenAIVisionBackend
+
+        return OpenAIVisionBackend(base_url=url, model=model_name, api_key_env=choice.api_key_env)
+    raise VlmNotConfiguredError(NOT_CONFIGURED_MESSAGE)
