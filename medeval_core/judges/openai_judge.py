@@ -1,0 +1,192 @@
+"""The LLM judge of design.md §3.1 over any OpenAI-compatible endpoint (DashScope, vLLM, Ollama).
+
+Every request value comes from ``configs/ddi_judge.json``. The SDK's own retries are off (``sdk_max_retries`` 0):
+retries happen here, so that each attempt passes the shared rate limiter, is validated the same way and is
+reported to ``on_attempt`` (and so stored). A verdict that breaks the schema counts as a failed attempt, like an
+HTTP error: strict validation is what keeps a malformed answer from becoming a score.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+from openai import OpenAI
+from pydantic import ValidationError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+
+from medeval_core.judges.ddi import AttemptCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt, JudgeError
+from medeval_core.judges.ratelimit import SlidingWindowLimiter
+from medeval_core.prompts import fill, load_prompt
+from medeval_core.settings import JudgeRequestSettings, Settings
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+VERDICT_KEYS = frozenset(DdiVerdict.model_fields)
+
+
+class InvalidVerdictError(ValueError):
+    """The endpoint answered, but not with a valid verdict (not JSON, wrong keys or types)."""
+
+
+def parse_verdict(content: str | None) -> DdiVerdict:
+    """Validate the judge's message strictly: a JSON object with exactly the three keys and their types."""
+    if content is None:
+        raise InvalidVerdictError("the response has no message content")
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise InvalidVerdictError(f"the response is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(data, dict):
+        raise InvalidVerdictError(f"the response is JSON but a {type(data).__name__}, not an object")
+    missing, extra = VERDICT_KEYS - data.keys(), data.keys() - VERDICT_KEYS
+    if missing or extra:
+        problems = [f"missing {sorted(missing)}"] if missing else []
+        problems += [f"unexpected {sorted(extra)}"] if extra else []
+        raise InvalidVerdictError(f"the verdict has the wrong keys: {'; '.join(problems)}")
+    try:
+        return DdiVerdict.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "verdict"
+        raise InvalidVerdictError(f"invalid verdict: {where}: {first['msg']}") from None
+
+
+def build_messages(system_prompt: str, user_template: str, item: DdiJudgeItem, tail_characters: int) -> list[dict[str, str]]:
+    """System prompt verbatim; the user template with the reference and only the response's last characters."""
+    tail = item.response[-tail_characters:] if len(item.response) > tail_characters else item.response
+    return [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": fill(user_template, ground_truth=item.reference, model_output=tail)},
+    ]
+
+
+def estimate_tokens(messages: list[dict[str, str]], max_output_tokens: int) -> int:
+    """Budget tokens for one request: one per input character plus the whole output allowance.
+
+    One token per character over-counts English (about four characters per token) but never under-counts any
+    script, so the token budget cannot be exceeded whatever the responses contain.
+    """
+    return sum(len(message["content"]) for message in messages) + max_output_tokens
+
+
+def message_content(raw: Any) -> str | None:
+    """The assistant message of a raw SDK response; a body that is not a chat completion is an invalid answer."""
+    try:
+        completion = raw.parse()
+        return completion.choices[0].message.content if completion.choices else None
+    except (ValueError, AttributeError, TypeError, IndexError, KeyError) as exc:
+        # The SDK builds the completion without validation, so a malformed body surfaces as one of these.
+        raise InvalidVerdictError(f"the HTTP body is not a chat completion ({type(exc).__name__})") from None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
+    # Timeouts are a subclass of connection errors; a 2xx body that is not JSON is an invalid response.
+    return isinstance(exc, (openai.APIConnectionError, openai.APIResponseValidationError, InvalidVerdictError))
+
+
+def describe(exc: BaseException, limit: int = 500) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class OpenAIDdiJudge:
+    def __init__(
+        self,
+        *,
+        request: JudgeRequestSettings,
+        base_url: str,
+        model: str,
+        api_key: str,
+        system_prompt: str,
+        user_template: str,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        batch = request.batch_evaluator_defaults
+        self.name = f"openai:{model}"
+        self.model = model
+        self.base_url = base_url
+        self.concurrency = batch.concurrency
+        self.progress_every = batch.progress_every
+        self.request = request
+        self.system_prompt = system_prompt
+        self.user_template = user_template
+        self.limiter = SlidingWindowLimiter(batch.requests_per_minute, batch.tokens_per_minute,
+                                            batch.rate_window_seconds)
+        self._sleep = sleep
+        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=request.timeout_seconds,
+                              max_retries=request.sdk_max_retries)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, base_url: str, model: str, api_key: str,
+                      sleep: Callable[[float], None] = time.sleep) -> OpenAIDdiJudge:
+        return cls(
+            request=settings.judge, base_url=base_url, model=model, api_key=api_key,
+            system_prompt=load_prompt("ddi_judge_system", settings.prompts_dir),
+            user_template=load_prompt("ddi_judge_user", settings.prompts_dir), sleep=sleep,
+        )
+
+    def messages(self, item: DdiJudgeItem) -> list[dict[str, str]]:
+        tail = self.request.batch_evaluator_defaults.model_output_tail_characters
+        return build_messages(self.system_prompt, self.user_template, item, tail)
+
+    def request_body(self, item: DdiJudgeItem) -> dict[str, Any]:
+        """The chat.completions arguments for one item; ``extra_body`` is merged into the JSON body by the SDK."""
+        return {
+            "model": self.model,
+            "messages": self.messages(item),
+            "temperature": self.request.temperature,
+            "max_tokens": self.request.max_tokens,
+            "response_format": self.request.response_format,
+            "extra_body": self.request.extra_body,
+        }
+
+    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None) -> DdiVerdict:
+        body = self.request_body(item)
+        tokens = estimate_tokens(body["messages"], self.request.max_tokens)
+        if tokens > self.limiter.max_tokens:
+            raise JudgeError(f"The request for case {item.case_id} is estimated at {tokens} tokens, more than the "
+                             f"token budget of {self.limiter.max_tokens} per window.")
+        batch = self.request.batch_evaluator_defaults
+        low, high = batch.retry_jitter_seconds
+        retrying = Retrying(
+            stop=stop_after_attempt(batch.max_retries_after_first_attempt + 1),
+            wait=wait_exponential(multiplier=batch.retry_initial_seconds, min=batch.retry_initial_seconds,
+                                  max=batch.retry_max_seconds) + wait_random(low, high),
+            retry=retry_if_exception(is_retryable),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        attempts = 0
+        try:
+            for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    verdict = self._attempt(body, tokens, attempts, on_attempt)
+        except (openai.OpenAIError, InvalidVerdictError) as exc:
+            kind = "after" if is_retryable(exc) else "(not retryable) after"
+            raise JudgeError(f"No valid verdict {kind} {attempts} attempt(s): {describe(exc)}") from exc
+        return verdict
+
+    def _attempt(self, body: dict[str, Any], tokens: int, number: int,
+                 on_attempt: AttemptCallback | None) -> DdiVerdict:
+        self.limiter.acquire(tokens)
+        started = time.monotonic()
+        status: int | None = None
+        try:
+            raw = self._client.chat.completions.with_raw_response.create(**body)
+            status = raw.status_code
+            verdict = parse_verdict(message_content(raw))
+        except (openai.OpenAIError, InvalidVerdictError) as exc:
+            if on_attempt is not None:
+                on_attempt(JudgeAttempt(attempt=number, ok=False, latency_s=time.monotonic() - started,
+                                        http_status=getattr(exc, "status_code", status), error=describe(exc)))
+            raise
+        if on_attempt is not None:
+            on_attempt(JudgeAttempt(attempt=number, ok=True, verdict=verdict, latency_s=time.monotonic() - started,
+                                    http_status=status))
+        return verdict
