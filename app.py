@@ -1,0 +1,42 @@
+"""medeval: navigation and the global status sidebar. Pages live in pages/ and are listed in
+medeval_core/catalog.py (PAGES); every action they take is one call into medeval_core."""
+
+import streamlit as st
+
+from medeval_core.catalog import PAGES
+from medeval_core.context import current_settings
+from medeval_core.settings import SettingsError
+from medeval_core.status import backends_status, data_status_rows, store_status
+
+st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", layout="wide")
+
+sections: dict[str, list] = {}
+for info in PAGES:
+    sections.setdefault(info.section, []).append(
+        st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path, default=info.url_path == "home")
+    )
+navigation = st.navigation(sections)
+
+with st.sidebar:
+    try:
+        settings = current_settings()
+    except SettingsError as exc:
+        st.error(f"Settings could not be loaded: {exc}")
+    else:
+        store = store_status(settings)
+        st.subheader("Store")
+        if store.reachable:
+            st.caption(f"{store.url}  \n{store.counts.get('runs', 0)} runs, "
+                       f"{store.counts.get('case_results', 0)} case results")
+        else:
+            st.error(f"The store at {store.url} cannot be opened: {store.error}. Check MEDEVAL_DB_URL.")
+        st.subheader("Data")
+        for row in data_status_rows(settings):
+            st.markdown(f"{row.icon} **{row.name}**: {row.state}")
+        st.subheader("Models")
+        for backend in backends_status(settings):
+            label = f"{backend.backend} {backend.model}".strip()
+            st.markdown(f"{':material/check_circle:' if backend.configured else ':material/cancel:'} "
+                        f"**{backend.role}**: {label}")
+
+navigation.run()

@@ -1,0 +1,89 @@
+"""What the sidebar and the home page show: store, data sources and model backends, as typed records."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from medeval_core.data import data_status
+from medeval_core.settings import BackendChoice, Settings, api_key
+from medeval_core.store import open_store, redact_url
+
+
+class StoreStatus(BaseModel):
+    url: str
+    reachable: bool
+    counts: dict[str, int] = {}
+    error: str | None = None
+
+
+class BackendStatus(BaseModel):
+    role: str
+    backend: str
+    model: str
+    base_url: str | None
+    configured: bool
+    api_key_env: str
+    api_key_set: bool
+    hint: str
+
+
+ROLE_NAMES = {"vlm": "Vision-language model", "judge": "DDI judge", "chat": "Chat agent model"}
+ROLE_HINTS = {
+    "vlm": "Set MEDEVAL_VLM_BACKEND=transformers and MEDEVAL_VLM_MODEL=/path/to/checkpoint, "
+           "or MEDEVAL_VLM_BASE_URL=http://host:port/v1 with MEDEVAL_VLM_MODEL for an OpenAI-compatible server.",
+    "judge": "The offline rule-based judge is used; set MEDEVAL_JUDGE_BASE_URL and MEDEVAL_JUDGE_MODEL "
+             "(key in the variable named below) for the LLM judge of the protocol.",
+    "chat": "Set MEDEVAL_CHAT_BASE_URL and MEDEVAL_CHAT_MODEL to use an OpenAI-compatible chat model as an agent.",
+}
+
+
+def store_status(settings: Settings) -> StoreStatus:
+    url = redact_url(settings.db_url)
+    try:
+        return StoreStatus(url=url, reachable=True, counts=open_store(settings.db_url).counts())
+    except Exception as exc:  # noqa: BLE001 - shown to the user as the store's state, whatever the driver raised
+        return StoreStatus(url=url, reachable=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def backend_status(role: str, choice: BackendChoice) -> BackendStatus:
+    needs_key = choice.backend == "openai"
+    return BackendStatus(
+        role=ROLE_NAMES[role],
+        backend=choice.backend,
+        # The offline judge is rules, not a model: showing the LLM judge's model name would mislead.
+        model=choice.model if choice.backend not in ("none", "offline") else "",
+        base_url=choice.base_url,
+        configured=choice.configured,
+        api_key_env=choice.api_key_env,
+        api_key_set=bool(api_key(choice.api_key_env)) if needs_key else False,
+        hint="" if choice.configured and choice.backend != "offline" else ROLE_HINTS[role],
+    )
+
+
+def backends_status(settings: Settings) -> list[BackendStatus]:
+    return [backend_status(role, getattr(settings.backends, role)) for role in ("vlm", "judge", "chat")]
+
+
+class DataRow(BaseModel):
+    name: str
+    state: str
+    icon: str
+    files: int
+    how_to_get: str
+
+
+STATE_ICONS = {"found": ":material/check_circle:", "partial": ":material/warning:", "missing": ":material/cancel:"}
+
+
+def data_status_rows(settings: Settings) -> list[DataRow]:
+    """One row per data source under MEDEVAL_DATA_DIR, with the command (or request) that gets a missing one."""
+    return [
+        DataRow(
+            name=status.source.title,
+            state=status.state,
+            icon=STATE_ICONS[status.state],
+            files=len(status.files),
+            how_to_get="" if status.state == "found" else status.how_to_get,
+        )
+        for status in data_status(settings.data_dir)
+    ]

@@ -1,0 +1,52 @@
+"""Home: what medeval does, what each page is for, and the state of the store, data and model backends."""
+
+import pandas as pd
+import streamlit as st
+
+from medeval_core.catalog import PAGES
+from medeval_core.context import current_settings
+from medeval_core.settings import SettingsError, runtime_versions
+from medeval_core.status import backends_status, data_status_rows, store_status
+
+st.title("medeval")
+st.markdown(
+    "A workbench for evaluating diagnostic AI on published protocols. Clinicians walk through cases and annotate "
+    "model outputs; ML teams point medeval at a model (a local Qwen2.5-VL checkpoint or any OpenAI-compatible "
+    "endpoint), run benchmarks in batch, resume them after a crash and compare runs with confidence intervals. "
+    "Every score is stored with the model, judge, prompts and settings that produced it."
+)
+
+st.header("Pages")
+for info in PAGES:
+    if info.url_path != "home":
+        st.page_link(info.path, label=info.title, icon=info.icon)
+        st.caption(info.description)
+if len(PAGES) == 1:
+    st.info("The benchmark pages appear here as they are installed. Until then, use the command line: "
+            "`python -m medeval_core --help`.")
+
+try:
+    settings = current_settings()
+except SettingsError as exc:
+    st.error(f"Settings could not be loaded: {exc}")
+    st.stop()
+
+st.header("Data sources")
+st.caption(f"Looked up under `{settings.data_dir}` (set `MEDEVAL_DATA_DIR` to change it).")
+st.table(pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)]).set_index("name"))
+
+st.header("Model backends")
+st.table(pd.DataFrame([b.model_dump() for b in backends_status(settings)]).set_index("role"))
+
+st.header("Store")
+store = store_status(settings)
+if store.reachable:
+    st.write(f"`{store.url}`")
+    st.table(pd.DataFrame([store.counts], index=["rows"]))
+else:
+    st.error(f"The store at `{store.url}` cannot be opened ({store.error}). Check `MEDEVAL_DB_URL`.")
+
+with st.expander("Effective settings and versions"):
+    st.write(f"Settings hash `{settings.settings_hash()}`")
+    st.json(runtime_versions())
+    st.json(settings.effective())

@@ -1,0 +1,52 @@
+"""The app shell: navigation, status sidebar and home page, through AppTest and in a real headless Chromium."""
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from medeval_core.catalog import PAGES
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def test_home_page_shows_what_medeval_is_and_the_status_of_data_store_and_models() -> None:
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    assert not app.exception, app.exception
+    assert app.title[0].value == "medeval"
+    headers = [h.value for h in app.header]
+    assert headers[:1] == ["Pages"] and {"Data sources", "Model backends", "Store"} <= set(headers)
+    sidebar_text = " ".join(m.value for m in app.sidebar.markdown)
+    assert "DDXPlus" in sidebar_text and "found" in sidebar_text
+    assert "DDI judge" in sidebar_text and "offline" in sidebar_text
+    data_table = app.table[0].value
+    states = data_table["state"].to_dict()
+    assert states["DDXPlus (English)"] == "found"
+    missing = data_table[data_table["state"] == "missing"]
+    assert (missing["how_to_get"].str.len() > 0).all(), "every missing source says how to get it"
+
+
+def test_sidebar_explains_a_broken_store_instead_of_crashing(monkeypatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the database folder should be")
+    monkeypatch.setenv("MEDEVAL_DB_URL", f"sqlite:///{blocker}/medeval.db")
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    assert not app.exception
+    assert any("cannot be opened" in e.value for e in app.sidebar.error)
+
+
+def test_every_catalogued_page_file_exists() -> None:
+    root = Path(APP).parent
+    assert all((root / info.path).is_file() for info in PAGES)
+
+
+def test_home_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path) -> None:
+    url = streamlit_app()
+    page.goto(url)
+    page.get_by_role("heading", name="Data sources").wait_for()
+    # Tables load after the headings: wait for cells so the screenshot shows what a clinician sees.
+    page.locator("table").get_by_text("DDXPlus (English)").wait_for()
+    page.locator("table").get_by_text("DDI judge").wait_for()
+    assert page.get_by_text("Stanford AIMI DDI dataset").first.is_visible()
+    screenshot = artifacts_dir / "home.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
