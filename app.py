@@ -1,6 +1,8 @@
 """medeval: navigation and the global status sidebar. Pages live in pages/ and are listed in
 medeval_core/catalog.py (PAGES); every action they take is one call into medeval_core."""
 
+from pathlib import Path
+
 import streamlit as st
 
 from medeval_core.catalog import PAGES
@@ -9,6 +11,7 @@ from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
 
 st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", layout="wide")
+st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
 
 sections: dict[str, list] = {}
 for info in PAGES:

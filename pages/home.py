@@ -33,10 +33,21 @@ except SettingsError as exc:
 
 st.header("Data sources")
 st.caption(f"Looked up under `{settings.data_dir}` (set `MEDEVAL_DATA_DIR` to change it).")
-st.table(pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)]).set_index("name"))
+st.table(
+    pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)])
+    .set_index("name")
+    .rename(columns={"state": "Status", "files": "Files", "how_to_get": "How to get it"})
+    .rename_axis("Source")
+)
 
 st.header("Model backends")
-st.table(pd.DataFrame([b.model_dump() for b in backends_status(settings)]).set_index("role"))
+st.table(
+    pd.DataFrame([b.model_dump() for b in backends_status(settings)])
+    .set_index("role")
+    .rename(columns={"backend": "Backend", "model": "Model", "base_url": "Endpoint", "configured": "Configured",
+                     "api_key_env": "API key variable", "api_key_set": "Key set", "hint": "How to configure"})
+    .rename_axis("Role")
+)
 
 st.header("Store")
 store = store_status(settings)

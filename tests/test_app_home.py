@@ -19,10 +19,10 @@ def test_home_page_shows_what_medeval_is_and_the_status_of_data_store_and_models
     assert "DDXPlus" in sidebar_text and "found" in sidebar_text
     assert "DDI judge" in sidebar_text and "offline" in sidebar_text
     data_table = app.table[0].value
-    states = data_table["state"].to_dict()
+    states = data_table["Status"].to_dict()
     assert states["DDXPlus (English)"] == "found"
-    missing = data_table[data_table["state"] == "missing"]
-    assert (missing["how_to_get"].str.len() > 0).all(), "every missing source says how to get it"
+    missing = data_table[data_table["Status"] == "missing"]
+    assert (missing["How to get it"].str.len() > 0).all(), "every missing source says how to get it"
 
 
 def test_sidebar_explains_a_broken_store_instead_of_crashing(monkeypatch, tmp_path: Path) -> None:
