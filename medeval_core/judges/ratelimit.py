@@ -10,7 +10,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+
+
+def default_guard(window_s: float) -> float:
+    """2 % of the window, at least 50 ms (thread scheduling on a busy machine) and at most 0.5 s."""
+    return min(0.5, max(0.05, 0.02 * window_s))
 
 
 class SlidingWindowLimiter:
@@ -20,17 +24,15 @@ class SlidingWindowLimiter:
         max_tokens: int,
         window_s: float,
         guard_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_requests < 1 or max_tokens < 1 or window_s <= 0:
             raise ValueError("A rate budget needs at least one request, one token and a positive window.")
         self.max_requests = max_requests
         self.max_tokens = max_tokens
         self.window_s = window_s
-        # An admission is held a little longer than the window: the request reaches the server some
-        # milliseconds after admission, and uneven network delay must not squeeze two windows' worth into one.
-        self.hold_s = window_s + (min(0.5, 0.01 * window_s) if guard_s is None else guard_s)
-        self._clock = clock
+        # An admission is held a little longer than the window: a request reaches the server some milliseconds
+        # after admission, and uneven delays must not let the server see two windows' worth inside one window.
+        self.hold_s = window_s + (default_guard(window_s) if guard_s is None else guard_s)
         self._log: deque[tuple[float, int]] = deque()
         self._tokens = 0
         self._condition = threading.Condition()
@@ -42,10 +44,10 @@ class SlidingWindowLimiter:
                 f"One request is estimated at {tokens} tokens, more than the whole budget of {self.max_tokens} "
                 "per window; it can never be sent."
             )
-        started = self._clock()
+        started = time.monotonic()
         with self._condition:
             while True:
-                now = self._clock()
+                now = time.monotonic()
                 self._expire(now)
                 if len(self._log) < self.max_requests and self._tokens + tokens <= self.max_tokens:
                     self._log.append((now, tokens))
@@ -61,7 +63,7 @@ class SlidingWindowLimiter:
     def _next_room(self, tokens: int) -> float:
         """When enough of the oldest admissions will have left the window for ``tokens`` to fit both budgets."""
         requests, used = len(self._log), self._tokens
-        room_at = self._clock()
+        room_at = time.monotonic()
         for admitted_at, spent in self._log:
             if requests < self.max_requests and used + tokens <= self.max_tokens:
                 break
