@@ -9,6 +9,7 @@ and compare them as sets of canonical words:
   correct, unless the added words name another disease;
 - the response lacks words of the reference (``basal cell carcinoma`` for ``basal-cell-carcinoma-nodular``): a
   broader parent, incorrect; words of both sides differ: a different subtype or a different disease, incorrect;
+- a precursor or mimic of the reference (``melanoma-like``, ``melanoma precursor``): incorrect;
 - several diagnoses without one final selection, or no final diagnosis at all: incorrect.
 
 Being rules, it cannot be talked into a verdict; being rules, it also misses synonyms its table lacks, which is
@@ -102,6 +103,7 @@ class Vocabulary:
         self.ignored = frozenset(self._word(w) for w in data["ignored_words"])
         self.disease_words = frozenset(self._word(w) for w in data["disease_words"])
         self.disease_suffixes = tuple(data["disease_suffixes"])
+        self.not_the_disease = frozenset(self._word(w) for w in data["not_the_disease_words"])
         self.aliases: dict[tuple[str, ...], tuple[str, ...]] = {}
         for key, value in data["aliases"].items():
             self.aliases[tuple(self._words(key))] = tuple(self._words(value))
@@ -215,6 +217,8 @@ class OfflineDdiJudge:
         predicted = self._fuzzy_align(reference, predicted)
         if not predicted:
             return False, "The final statement names no diagnosis."
+        if predicted & self.vocabulary.not_the_disease:
+            return False, "The final diagnosis is a related condition, precursor or mimic, not the reference."
         if predicted == reference:
             return True, "The final diagnosis is equivalent to the reference."
         if reference < predicted:
