@@ -20,4 +20,10 @@ HOME = PageInfo(
     description="What medeval does, the state of the store, the data sources and the model backends.",
 )
 
-PAGES: list[PageInfo] = [HOME]
+RUNS = PageInfo(
+    path="pages/runs.py", title="Batch runs", icon=":material/monitoring:", section="Runs", url_path="runs",
+    description="Watch, resume and cancel batch runs; per-case metrics with 95% intervals; export; compare two runs "
+                "on their shared cases with paired tests.",
+)
+
+PAGES: list[PageInfo] = [HOME, RUNS]

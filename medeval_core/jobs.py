@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel
 
 from medeval_core.benchmarks import plan_for
-from medeval_core.records import CaseResult, RunConfig
+from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
 from medeval_core.runs import BatchRunner, ProgressCallback, RunReport
 from medeval_core.settings import Settings, runtime_versions
 from medeval_core.store import Store, StoreError
@@ -82,3 +86,57 @@ def export_results(store: Store, run_id: str, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     writer()
     return path
+
+
+class RunOverview(BaseModel):
+    """One run as the runs page and ``runs show`` present it."""
+
+    id: str
+    benchmark: str
+    label: str
+    status: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    expected_cases: int | None
+    done: int
+    failed: int
+    pending: int | None
+    settings_hash: str
+    versions: dict[str, Any]
+    params: dict[str, Any]
+    summary: dict[str, Any]
+    error: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
+
+    @property
+    def resumable(self) -> bool:
+        return not self.active and (self.status != RunStatus.COMPLETED or self.failed > 0)
+
+
+def run_overview(store: Store, run_id: str) -> RunOverview:
+    row = store.get_run(run_id)
+    counts = store.result_counts(run_id)
+    done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
+    return RunOverview(
+        id=row.id, benchmark=row.benchmark, label=row.label, status=row.status, created_at=row.created_at,
+        started_at=row.started_at, finished_at=row.finished_at, expected_cases=row.expected_cases, done=done,
+        failed=failed, pending=None if row.expected_cases is None else row.expected_cases - done - failed,
+        settings_hash=row.settings_hash, versions=row.versions, params=row.config.get("params", {}),
+        summary=row.summary, error=row.error,
+    )
+
+
+def resume_in_background(run_id: str, settings: Settings, store: Store, workers: int = 1) -> threading.Thread:
+    """Resume a run on a daemon thread (the app keeps serving); progress is read back from the store."""
+    # Fail in the caller, with a readable message, when the run or its benchmark cannot be resumed.
+    plan_for(RunConfig.model_validate(store.get_run(run_id).config), settings)
+    thread = threading.Thread(
+        target=resume, args=(run_id, settings, store), kwargs={"workers": workers}, name=f"resume-{run_id}",
+        daemon=True,
+    )
+    thread.start()
+    return thread

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from medeval_core import jobs
 from medeval_core.cli import CommandGroups, print_json
+from medeval_core.compare import compare_runs
 from medeval_core.context import current_settings, current_store
 from medeval_core.runs import Progress
 
@@ -25,6 +26,12 @@ def register(groups: CommandGroups) -> None:
     show.add_argument("run_id")
     show.add_argument("--json", action="store_true")
     show.set_defaults(handler=_show)
+
+    compare = runs.add_parser("compare", help="compare two runs on their shared cases (McNemar / paired bootstrap)")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--json", action="store_true")
+    compare.set_defaults(handler=_compare)
 
     export = runs.add_parser("export", help="write a run's case results to .csv or .jsonl")
     export.add_argument("run_id")
@@ -62,15 +69,31 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    store = current_store()
-    row = store.get_run(args.run_id)
-    counts = store.result_counts(args.run_id)
-    payload = {**row.model_dump(mode="json"), "counts": counts}
+    overview = jobs.run_overview(current_store(), args.run_id)
     if args.json:
-        print_json(payload)
+        print_json(overview.model_dump(mode="json"))
         return 0
-    print(f"{row.id}: {row.benchmark}, {row.status}; expected {row.expected_cases}, results {counts}")
-    print_json(row.summary)
+    print(f"{overview.id}: {overview.benchmark}, {overview.status}; expected {overview.expected_cases}, "
+          f"done {overview.done}, failed {overview.failed}, pending {overview.pending}")
+    print_json(overview.summary)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    store = current_store()
+    comparison = compare_runs(args.run_a, store.results(args.run_a), args.run_b, store.results(args.run_b))
+    if args.json:
+        print_json(comparison.model_dump(mode="json"))
+        return 0
+    for label, summaries in ((args.run_a, comparison.summaries_a), (args.run_b, comparison.summaries_b)):
+        print(label)
+        for item in summaries:
+            print(f"  {item.metric:<20} {item.value:.4f}  95% CI {item.ci_low:.4f}-{item.ci_high:.4f}  (n={item.n})")
+    for pair in comparison.paired:
+        test = (f"p={pair.p_value:.4g} ({pair.only_a_correct} vs {pair.only_b_correct} discordant)"
+                if pair.p_value is not None else f"95% CI {pair.difference_ci_low:.4f}-{pair.difference_ci_high:.4f}")
+        print(f"{pair.metric}: {pair.value_a:.4f} vs {pair.value_b:.4f} on {pair.shared_cases} shared cases, "
+              f"difference {pair.difference:+.4f}, {pair.test} {test}")
     return 0
 
 

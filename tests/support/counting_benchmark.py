@@ -37,5 +37,16 @@ def main(db_url: str, run_id: str, n_cases: int, sleep_s: float) -> None:
         runner.resume(run_id, cases, sleeping_scorer(sleep_s))
 
 
+def build_plan(config, settings):
+    """Registry factory: lets ``resume RUN_ID`` and the runs page continue a counting run."""
+    from medeval_core.benchmarks import BenchmarkPlan
+
+    return BenchmarkPlan(
+        cases=make_cases(config.params["n_cases"]),
+        run_case=sleeping_scorer(config.params.get("sleep_s", 0.0)),
+        summarize=lambda results: {"scored": len(results)},
+    )
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))

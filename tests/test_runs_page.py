@@ -1,0 +1,123 @@
+"""Run comparison in the core, resume by name through the registry, and the batch-runs page."""
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from medeval_core import benchmarks, jobs
+from medeval_core.compare import compare_runs, summarize_metrics
+from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
+from medeval_core.settings import load_settings
+from medeval_core.store import Store
+
+RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
+
+
+def result(run: str, case: str, correct: bool, score: float) -> CaseResult:
+    return CaseResult(run_id=run, case_id=case, status=CaseStatus.OK, metrics={"correct": correct, "score": score})
+
+
+@pytest.fixture
+def counting_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(benchmarks.REGISTRY, "counting", "tests.support.counting_benchmark:build_plan")
+
+
+def seed_two_runs(store: Store) -> None:
+    store.create_run(RunConfig(benchmark="demo"), run_id="model-a", expected_cases=4)
+    store.create_run(RunConfig(benchmark="demo"), run_id="model-b", expected_cases=5)
+    for case, a, b in (("c1", True, False), ("c2", True, False), ("c3", True, True), ("c4", False, False)):
+        store.save_result(result("model-a", case, a, 1.0 if a else 0.2))
+        store.save_result(result("model-b", case, b, 0.5))
+    store.save_result(CaseResult(run_id="model-b", case_id="c5", status=CaseStatus.FAILED, error="timeout"))
+
+
+def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_store: str) -> None:
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    by_metric = {s.metric: s for s in summarize_metrics(store.results("model-a"))}
+    assert by_metric["correct"].kind == "proportion" and by_metric["correct"].value == 0.75
+    assert by_metric["correct"].n == 4 and 0.3 < by_metric["correct"].ci_low < 0.75 < by_metric["correct"].ci_high
+    assert by_metric["score"].kind == "mean" and by_metric["score"].value == pytest.approx(0.8)
+
+
+def test_paired_comparison_uses_exact_mcnemar_on_shared_cases(isolated_store: str) -> None:
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    comparison = compare_runs("model-a", store.results("model-a"), "model-b", store.results("model-b"))
+    correct = {p.metric: p for p in comparison.paired}["correct"]
+    assert correct.shared_cases == 4  # the failed c5 is not a score
+    assert (correct.only_a_correct, correct.only_b_correct) == (2, 0)
+    assert correct.p_value == pytest.approx(0.5)  # 2 * P(X >= 2 | n=2, 1/2)
+    assert correct.difference == pytest.approx(0.5)
+    score = {p.metric: p for p in comparison.paired}["score"]
+    assert score.test == "paired percentile bootstrap" and score.difference_ci_low <= score.difference
+
+
+def test_resume_by_name_continues_with_the_stored_config(isolated_store: str, counting_registered: None) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    config = jobs.new_run_config("counting", settings, params={"n_cases": 6})
+    store.create_run(config, run_id="count-1", expected_cases=6)
+    report = jobs.resume("count-1", settings, store)
+    assert (report.status, report.done) == (RunStatus.COMPLETED, 6)
+    assert store.get_run("count-1").summary == {"scored": 6}
+    assert store.get_run("count-1").settings_hash == settings.settings_hash()
+
+
+def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str) -> None:
+    seed_two_runs(Store(isolated_store))
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception, app.exception
+    app.selectbox(key="run_selected").set_value("model-b").run()
+    assert not app.exception
+    [progress] = app.get("progress")
+    assert progress.proto.text == "pending: 4 done, 1 failed, 0 pending of 5"
+    assert app.subheader[0].value.startswith("Per-case metrics")
+    assert "Failed cases (1)" in [s.value for s in app.subheader]
+    resume_buttons = [b for b in app.button if b.label == "Resume"]
+    assert resume_buttons, "a run with failed cases offers Resume"
+    app.selectbox(key="compare_a").set_value("model-a").run()
+    app.selectbox(key="compare_b").set_value("model-b").run()
+    comparison = app.table[-1].value
+    assert comparison.loc["correct", "only_a_correct"] == 2
+    assert comparison.loc["correct", "p_value"] == pytest.approx(0.5)
+
+
+def test_resume_from_the_page_finishes_the_run(isolated_store: str, counting_registered: None) -> None:
+    store = Store(isolated_store)
+    config = jobs.new_run_config("counting", load_settings(), params={"n_cases": 5})
+    store.create_run(config, run_id="count-page", expected_cases=5)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    [resume] = [b for b in app.button if b.label == "Resume"]
+    resume.click().run()
+    assert not app.exception and not app.error
+    deadline = time.monotonic() + 30
+    while store.get_run("count-page").status != RunStatus.COMPLETED and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(store.results("count-page")) == 5
+
+
+def test_unknown_benchmark_cannot_be_resumed_and_says_so(isolated_store: str) -> None:
+    store = Store(isolated_store)
+    store.create_run(RunConfig(benchmark="retired-benchmark"), run_id="old", expected_cases=3)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    [resume] = [b for b in app.button if b.label == "Resume"]
+    resume.click().run()
+    assert any("cannot be resumed here" in e.value and "retired-benchmark" in e.value for e in app.error)
+
+
+def test_empty_store_says_how_to_start_a_run() -> None:
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception
+    assert "No runs yet" in app.info[0].value
+
+
+def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path, tmp_path_factory) -> None:
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('runs-browser') / 'medeval.db'}"
+    seed_two_runs(Store(db_url))
+    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/runs")
+    page.get_by_role("heading", name="Compare two runs").wait_for()
+    page.locator("table").get_by_text("exact McNemar").wait_for()
+    page.screenshot(path=str(artifacts_dir / "runs.png"), full_page=True)
