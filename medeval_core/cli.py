@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "medeval_core.commands.runs",
     "medeval_core.commands.data",
     "medeval_core.commands.ddxplus",
+    "medeval_core.commands.ddi",
 )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
@@ -27,20 +26,10 @@ from medeval_core.backends.vlm import (
     make_vlm_backend,
 )
 from medeval_core.settings import GenerationSettings, load_settings
-from tests.tiny_qwen import build_tiny_qwen
+from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
 PATCH = 14
 MERGE = 2
-
-
-@pytest.fixture(scope="session")
-def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen"))
-    # The released Qwen2.5-VL checkpoints ship sampling values that must not leak into the protocol's decoding.
-    config = json.loads((folder / "generation_config.json").read_text())
-    config.update(do_sample=True, temperature=0.1, top_p=0.001, top_k=1, repetition_penalty=1.05)
-    (folder / "generation_config.json").write_text(json.dumps(config))
-    return folder
 
 
 @pytest.fixture

@@ -8,8 +8,10 @@ Never commit the output: tests build it into a temporary folder.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
@@ -129,4 +131,18 @@ def build_tiny_qwen(folder: Path, seed: int = 0) -> Path:
     image_processor = Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
     image_processor.save_pretrained(folder)
     (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    # The released Qwen2.5-VL checkpoints ship sampling values in generation_config.json; the backend must not let
+    # them leak into the protocol's decoding, so the tiny checkpoint carries them too.
+    generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    generation.update(QWEN_RELEASED_SAMPLING)
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2), encoding="utf-8")
     return folder
+
+
+QWEN_RELEASED_SAMPLING = {"do_sample": True, "temperature": 0.1, "top_p": 0.001, "top_k": 1, "repetition_penalty": 1.05}
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2.5-VL checkpoint folder for the whole test session (import this fixture into a test module)."""
+    return build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen"))

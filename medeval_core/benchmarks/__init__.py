@@ -28,7 +28,9 @@ class BenchmarkPlan:
 PlanFactory = Callable[[RunConfig, Settings], BenchmarkPlan]
 
 # Benchmarks add themselves here as their packages land: name -> "module:factory".
-REGISTRY: dict[str, str] = {}
+REGISTRY: dict[str, str] = {
+    "ddi": "medeval_core.benchmarks.ddi.plan:build_plan",
+}
 
 
 class UnknownBenchmarkError(KeyError):

@@ -1,0 +1,124 @@
+"""Checking lesion images before they reach a model: format, size, pixel count, integrity, orientation.
+
+Uploads on the page and files of a batch run go through ``validate_image``. Anything unusable raises
+``ImageRejected`` whose message is one sentence a clinician can act on. The pixel count is checked from the
+header, before any pixel is decoded, so a decompression bomb (a small file that inflates to gigabytes) is refused
+without being expanded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+from pathlib import Path
+
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+from pydantic import BaseModel, ConfigDict, Field
+
+ACCEPTED_FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP"}
+UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp"]
+
+
+class ImageRejected(ValueError):
+    """The file cannot be used as a lesion image; the message says why and what to do."""
+
+
+class ImageLimits(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    max_pixels: int = Field(default=50_000_000, gt=0)
+    min_side: int = Field(default=16, gt=0)
+
+
+DEFAULT_LIMITS = ImageLimits()
+
+
+class ValidatedImage(BaseModel):
+    """A decoded, upright RGB image and the facts recorded with its result."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    image: Image.Image
+    name: str
+    format: str
+    width: int
+    height: int
+    size_bytes: int
+    sha256: str
+    exif_orientation: int | None
+
+    def provenance(self) -> dict[str, object]:
+        return {"name": self.name, "format": self.format, "width": self.width, "height": self.height,
+                "size_bytes": self.size_bytes, "sha256": self.sha256, "exif_orientation": self.exif_orientation}
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def validate_image(data: bytes, name: str = "image", limits: ImageLimits = DEFAULT_LIMITS) -> ValidatedImage:
+    if len(data) > limits.max_bytes:
+        raise ImageRejected(
+            f"{name} is {_megabytes(len(data))}, more than the {_megabytes(limits.max_bytes)} limit; "
+            "export a smaller JPEG, PNG or WebP."
+        )
+    if not data:
+        raise ImageRejected(f"{name} is empty; choose a JPEG, PNG or WebP image file.")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            opened = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageRejected(
+            f"{name} declares an enormous pixel count ({exc}); it looks like a decompression bomb and was not opened."
+        ) from exc
+    except UnidentifiedImageError as exc:
+        raise ImageRejected(f"{name} is not an image file; upload a JPEG, PNG or WebP photograph.") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageRejected(f"{name} has a damaged image header ({exc}); upload the original file again.") from exc
+    if opened.format not in ACCEPTED_FORMATS:
+        raise ImageRejected(f"{name} is a {opened.format} file; upload a JPEG, PNG or WebP image instead.")
+    width, height = opened.size
+    if width * height > limits.max_pixels:
+        raise ImageRejected(
+            f"{name} is {width}x{height} pixels ({width * height:,}), more than the {limits.max_pixels:,}-pixel "
+            "limit; this can be a decompression bomb, so it was not decoded. Resize the image and upload it again."
+        )
+    if min(width, height) < limits.min_side:
+        raise ImageRejected(f"{name} is only {width}x{height} pixels; upload an image at least "
+                            f"{limits.min_side} pixels on each side.")
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        raise ImageRejected("PIL is set to accept truncated images in this process; medeval refuses to score them.")
+    try:
+        opened.load()
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageRejected(
+            f"{name} is truncated or corrupt ({exc}); upload the complete file again."
+        ) from exc
+    orientation = opened.getexif().get(0x0112)
+    upright = ImageOps.exif_transpose(opened)
+    image = upright.convert("RGB")
+    return ValidatedImage(
+        image=image,
+        name=name,
+        format=ACCEPTED_FORMATS[opened.format],
+        width=image.width,
+        height=image.height,
+        size_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        exif_orientation=int(orientation) if orientation is not None else None,
+    )
+
+
+def load_image_file(path: Path, limits: ImageLimits = DEFAULT_LIMITS) -> ValidatedImage:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError as exc:
+        raise ImageRejected(f"{path} does not exist; check the images folder and the CSV's file names.") from exc
+    if size > limits.max_bytes:
+        raise ImageRejected(
+            f"{path.name} is {_megabytes(size)}, more than the {_megabytes(limits.max_bytes)} limit."
+        )
+    return validate_image(path.read_bytes(), name=path.name, limits=limits)

@@ -1,0 +1,154 @@
+"""One lesion evaluation from the page: image -> model response (or a pasted one) -> judge -> stored.
+
+Each evaluation is its own ``ddi`` run (stage ``interactive``) with one case result, so it carries its own
+settings, model provenance and judge attempts exactly like a batch run, and the page lists a session's
+evaluations by their run ids.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from medeval_core import jobs
+from medeval_core.backends.vlm import VlmBackend
+from medeval_core.benchmarks.ddi.images import ValidatedImage
+from medeval_core.benchmarks.ddi.plan import DdiParams
+from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, canonical_label, match_label, prompt_for
+from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, record_attempts
+from medeval_core.judges.offline import OfflineDdiJudge
+from medeval_core.prompts import load_labels
+from medeval_core.records import CaseResult, CaseStatus, RunStatus, utc_now
+from medeval_core.settings import GenerationSettings, Settings
+from medeval_core.store import Store, StoreError, new_run_id
+
+CASE_ID = "lesion"
+
+
+class LesionEvaluation(BaseModel):
+    """What the page shows and the store keeps for one evaluation."""
+
+    run_id: str
+    created_at: datetime
+    mode: Mode
+    image: dict[str, Any] | None
+    response_source: Literal["model", "pasted"]
+    model: dict[str, Any] | None
+    response: str
+    final_diagnosis: str
+    reference: str | None
+    verdict: dict[str, Any] | None
+    judge: str | None
+    judge_error: str | None
+
+
+def final_diagnosis(response: str, mode: Mode, settings: Settings, labels: Sequence[str] | None) -> str:
+    """The diagnosis the response settles on, for display (the judge's own extraction is shown when it ran)."""
+    if mode == "classification" and labels is not None:
+        match = match_label(response, labels)
+        return match.label or match.segment
+    found = OfflineDdiJudge.from_settings(settings).extract(response)
+    return found.text if found is not None else ""
+
+
+def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | None, judge: DdiJudge | None,
+             store: Store, run_id: str) -> tuple[dict[str, Any], str]:
+    if mode == "classification":
+        assert labels is not None
+        match = match_label(response, labels)
+        reference_label = canonical_label(reference, labels)
+        if reference_label is None:
+            raise ValueError(f"{reference!r} is not one of the {len(labels)} candidate labels; choose one of them "
+                             "as the reference, or use open-ended mode.")
+        correct = match.label == reference_label
+        reason = (f"The answer selects {match.label!r}." if match.label
+                  else "The answer does not select exactly one label with its exact spelling.")
+        return {"predicted_diagnosis": match.label or "", "correct": correct, "reason": reason}, "exact-label"
+    assert judge is not None
+    verdict = judge.judge(DdiJudgeItem(case_id=CASE_ID, reference=reference, response=response),
+                          on_attempt=record_attempts(store, run_id, judge, CASE_ID))
+    return verdict.model_dump(), judge.name
+
+
+def evaluate_lesion(
+    settings: Settings,
+    store: Store,
+    mode: Mode,
+    session_id: str,
+    image: ValidatedImage | None = None,
+    backend: VlmBackend | None = None,
+    generation: GenerationSettings | None = None,
+    pasted_response: str | None = None,
+    reference: str | None = None,
+    judge: DdiJudge | None = None,
+) -> LesionEvaluation:
+    """Generate (with ``backend`` and ``image``) or take ``pasted_response``; judge when a reference is given."""
+    reference = (reference or "").strip() or None
+    labels = load_labels(DEFAULT_LABELS, settings.prompts_dir) if mode == "classification" else None
+    prompt = prompt_for(mode, labels, settings.prompts_dir)
+    generation = generation or settings.generation
+    if pasted_response is not None and pasted_response.strip():
+        response, source, model = pasted_response, "pasted", None
+    elif backend is not None and image is not None:
+        response = backend.generate([image.image], [prompt], generation.model_copy(update={"batch_size": 1}))[0]
+        source, model = "model", backend.describe()
+    else:
+        raise ValueError("Upload an image and configure a model, or paste a model response to judge.")
+    if reference is not None and mode == "open" and judge is None:
+        raise ValueError("A judge is needed to score an open-ended answer against the reference.")
+
+    run_id = new_run_id("ddi-lesion")
+    params = DdiParams(
+        stage="interactive", run_id=run_id, mode=mode, labels=labels, session_id=session_id,
+        model_backend=backend.name if source == "model" and backend else None,  # type: ignore[arg-type]
+        model=backend.model if source == "model" and backend else None,
+        generation=generation if source == "model" else None, prompt=prompt if source == "model" else None,
+    )
+    config = jobs.new_run_config("ddi", settings, params.model_dump(mode="json"), label=f"Lesion page ({mode})")
+    store.create_run(config, run_id=run_id, expected_cases=1)
+    store.update_run(run_id, status=RunStatus.RUNNING, started_at=utc_now())
+
+    verdict: dict[str, Any] | None = None
+    judge_name: str | None = None
+    judge_error: str | None = None
+    if reference is not None:
+        try:
+            verdict, judge_name = _verdict(mode, reference, response, labels, judge, store, run_id)
+        except (JudgeError, ValueError) as exc:
+            judge_error = str(exc)
+            judge_name = judge.name if judge is not None and mode == "open" else None
+    evaluation = LesionEvaluation(
+        run_id=run_id, created_at=utc_now(), mode=mode, image=image.provenance() if image else None,
+        response_source=source, model=model, response=response,  # type: ignore[arg-type]
+        final_diagnosis=(verdict or {}).get("predicted_diagnosis") or final_diagnosis(response, mode, settings, labels),
+        reference=reference, verdict=verdict, judge=judge_name, judge_error=judge_error,
+    )
+    store.save_result(CaseResult(
+        run_id=run_id, case_id=CASE_ID, status=CaseStatus.FAILED if judge_error else CaseStatus.OK,
+        output=evaluation.model_dump(mode="json"),
+        metrics={"correct": verdict["correct"]} if verdict else {},
+        error=judge_error, started_at=evaluation.created_at, finished_at=utc_now(),
+    ))
+    store.update_run(run_id, status=RunStatus.COMPLETED, finished_at=utc_now(),
+                     summary={"correct": verdict["correct"] if verdict else None, "judge": judge_name})
+    return evaluation
+
+
+def session_evaluations(store: Store, run_ids: Sequence[str]) -> list[LesionEvaluation]:
+    """The stored evaluations of these runs, newest first (runs deleted meanwhile are skipped)."""
+    evaluations = []
+    for run_id in run_ids:
+        try:
+            results = store.results(run_id)
+        except StoreError:
+            continue
+        evaluations.extend(LesionEvaluation.model_validate(r.output) for r in results if r.case_id == CASE_ID)
+    return sorted(evaluations, key=lambda e: e.created_at, reverse=True)
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
