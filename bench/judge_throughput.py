@@ -1,0 +1,149 @@
+"""DDI judge throughput against a local OpenAI-compatible server with a set latency.
+
+The judge should reach at least 90 % of min(concurrency / latency, request budget per second) and never exceed
+its budgets. Both are measured at the server: the throughput is the arrival rate over the steady part of the run
+(from the end of the first window, which a sliding window lets through as one burst, to the end of the measured
+windows), and a violation is any window of the configured length that holds more requests, or more estimated
+tokens, than the budget.
+
+To finish in well under a minute the 60 s window is scaled down (6 s by default) with the budgets scaled by the
+same factor, so the request rate limit is the protocol's 3 requests per second. Two scenarios:
+
+- budget-bound: the protocol's concurrency (16) and the scaled budgets; latency 0.5 s, so the budget binds;
+- concurrency-bound: budgets loosened (60 requests per second, ten times the tokens), so concurrency / latency
+  binds.
+
+    .venv/bin/python bench/judge_throughput.py [--latency 0.5] [--window 6] [--json]
+
+Exit status 1 when a scenario is below 90 % or any budget was exceeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from medeval_core.judges.ddi import DdiJudgeItem, judge_many  # noqa: E402
+from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens  # noqa: E402
+from medeval_core.settings import Settings, load_settings  # noqa: E402
+from tests.fake_openai import FakeOpenAI, verdict_reply  # noqa: E402
+
+TARGET_RATIO = 0.9
+PROTOCOL_WINDOW_S = 60.0
+
+
+def scaled(settings: Settings, window_s: float, requests: int, tokens: int) -> Settings:
+    batch = settings.judge.batch_evaluator_defaults.model_copy(
+        update={"rate_window_seconds": window_s, "requests_per_minute": requests, "tokens_per_minute": tokens}
+    )
+    return settings.model_copy(update={"judge": settings.judge.model_copy(update={"batch_evaluator_defaults": batch})})
+
+
+def items(count: int) -> list[DdiJudgeItem]:
+    rationale = "The lesion shows a pearly border with arborizing vessels and no pigment network. " * 25
+    return [DdiJudgeItem(case_id=f"case-{i:04d}", reference="basal-cell-carcinoma-nodular",
+                         response=f"[case-{i:04d}] {rationale}\nFinal diagnosis: nodular basal cell carcinoma.")
+            for i in range(count)]
+
+
+def worst_window(times: list[float], weights: list[int], window_s: float) -> tuple[int, int]:
+    """The most requests, and the most weight, that any window of ``window_s`` seconds holds."""
+    pairs = sorted(zip(times, weights, strict=True))
+    most_requests = most_weight = 0
+    start = weight = 0
+    for end, (t, w) in enumerate(pairs):
+        weight += w
+        while t - pairs[start][0] >= window_s:
+            weight -= pairs[start][1]
+            start += 1
+        most_requests = max(most_requests, end - start + 1)
+        most_weight = max(most_weight, weight)
+    return most_requests, most_weight
+
+
+def scenario(name: str, settings: Settings, latency_s: float, measured_windows: int) -> dict:
+    batch = settings.judge.batch_evaluator_defaults
+    window_s = batch.rate_window_seconds
+    bound = min(batch.concurrency / latency_s, batch.requests_per_minute / window_s)
+    # Enough cases to keep the judge busy past the measured interval.
+    count = math.ceil(bound * window_s * (measured_windows + 1)) + batch.concurrency
+    with FakeOpenAI(verdict_reply("nodular basal cell carcinoma", True, "same"), latency_s=latency_s) as server:
+        judge = OpenAIDdiJudge.from_settings(settings, base_url=server.url, model="bench-judge", api_key="bench")
+        started = time.monotonic()
+        report = judge_many(judge, items(count))
+        elapsed = time.monotonic() - started
+        requests = server.chat_requests()
+    arrivals = [r.arrived_at - started for r in requests]
+    interval = (window_s, window_s * (1 + measured_windows))
+    in_interval = sum(interval[0] <= t < interval[1] for t in arrivals)
+    rate = in_interval / (interval[1] - interval[0])
+    tokens = [estimate_tokens(r.body["messages"], r.body["max_tokens"]) for r in requests]
+    most_requests, most_tokens = worst_window(arrivals, tokens, window_s)
+    violations = int(most_requests > batch.requests_per_minute) + int(most_tokens > batch.tokens_per_minute)
+    return {
+        "scenario": name,
+        "cases": count,
+        "judged": len(report.verdicts),
+        "failed": len(report.errors),
+        "concurrency": batch.concurrency,
+        "latency_s": latency_s,
+        "window_s": window_s,
+        "request_budget": batch.requests_per_minute,
+        "token_budget": batch.tokens_per_minute,
+        "bound_per_s": round(bound, 3),
+        "measured_per_s": round(rate, 3),
+        "ratio": round(rate / bound, 3),
+        "measured_interval_s": list(interval),
+        "worst_window_requests": most_requests,
+        "worst_window_tokens": most_tokens,
+        "budget_violations": violations,
+        "elapsed_s": round(elapsed, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.5, help="server latency per request, seconds")
+    parser.add_argument("--window", type=float, default=6.0, help="scaled rate window, seconds (protocol: 60)")
+    parser.add_argument("--windows", type=int, default=2, help="windows measured after the first")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    settings = load_settings()
+    batch = settings.judge.batch_evaluator_defaults
+    factor = args.window / PROTOCOL_WINDOW_S
+    requests = max(1, round(batch.requests_per_minute * factor))
+    tokens = max(1, round(batch.tokens_per_minute * factor))
+    # Loose enough that neither budget binds: 60 requests per second, ten times the scaled token budget.
+    loose_requests, loose_tokens = max(requests, math.ceil(60 * args.window)), tokens * 10
+    results = [
+        scenario("budget-bound", scaled(settings, args.window, requests, tokens), args.latency, args.windows),
+        scenario("concurrency-bound", scaled(settings, args.window, loose_requests, loose_tokens), args.latency,
+                 args.windows),
+    ]
+    passed = all(r["ratio"] >= TARGET_RATIO and r["budget_violations"] == 0 and r["failed"] == 0 for r in results)
+    if args.json:
+        print(json.dumps({"scale": factor, "passed": passed, "scenarios": results}, indent=2))
+    else:
+        print(f"Window scaled from {PROTOCOL_WINDOW_S:.0f} s to {args.window:g} s (x{factor:g}); budgets scaled by "
+              f"the same factor: {requests} requests and {tokens:,} tokens per window (the protocol's "
+              f"{batch.requests_per_minute} and {batch.tokens_per_minute:,} per minute).")
+        for r in results:
+            print(f"{r['scenario']:>18}: {r['measured_per_s']:.2f} req/s of a bound {r['bound_per_s']:.2f} "
+                  f"(min(concurrency {r['concurrency']} / latency {r['latency_s']} s, {r['request_budget']} per "
+                  f"{r['window_s']:g} s)) -> ratio {r['ratio']:.3f}; worst window {r['worst_window_requests']} "
+                  f"requests / {r['worst_window_tokens']:,} tokens; budget violations {r['budget_violations']}; "
+                  f"{r['judged']}/{r['cases']} judged in {r['elapsed_s']} s")
+        print("PASS" if passed else f"FAIL: need ratio >= {TARGET_RATIO}, no budget violations and no failed cases")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
