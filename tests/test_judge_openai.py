@@ -200,7 +200,7 @@ def test_a_client_error_is_not_retried(server_factory) -> None:
     assert len(server.chat_requests()) == 1 and sleep.delays == []
 
 
-def test_an_unreachable_endpoint_fails_after_the_retries(store: Store) -> None:
+def test_an_unreachable_endpoint_fails_after_the_retries() -> None:
     server = FakeOpenAI().start()
     url = server.url
     server.stop()  # nothing listens on that port any more

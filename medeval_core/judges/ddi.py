@@ -163,10 +163,6 @@ class JudgeProgress(BaseModel):
     failed: int
     elapsed_s: float
 
-    @property
-    def pending(self) -> int:
-        return self.total - self.done
-
 
 class JudgeBatchReport(BaseModel):
     judge_name: str

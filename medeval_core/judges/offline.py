@@ -34,6 +34,7 @@ VOCABULARY = "ddi_offline_synonyms"
 JUDGE_NAME = "offline-rules-v1"
 FUZZY_MIN_SCORE = 90
 FUZZY_MIN_LENGTH = 5
+MAX_DIAGNOSIS_CHARACTERS = 200
 
 _MARKDOWN = re.compile(r"[*_`#>|]+")
 _LABEL = r"(?:diagnosis|diagnoses|answer|impression|dx)"
@@ -312,6 +313,9 @@ class OfflineDdiJudge:
             span = span[: end.start()]
         span = _CLAUSE_END.sub("", span)
         span = _LEADING_HEDGE.sub("", span.strip())
+        if len(span) > MAX_DIAGNOSIS_CHARACTERS:
+            # No diagnosis name is this long; keep the verdict readable when a response runs on without a stop.
+            span = span[:MAX_DIAGNOSIS_CHARACTERS].rsplit(" ", 1)[0]
         return span.strip().strip(".,;: \"'")
 
     def _selection(self, span: str, reference: frozenset[str] | None) -> Extraction:
