@@ -178,8 +178,8 @@ class FakeOpenAI:
         # on a kept-alive connection, which would swamp latency and throughput measurements.
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False, timeout_graceful_shutdown=0.5,
-                                backlog=2048, limit_concurrency=None)
+        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=0.5, backlog=2048)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
                                         name="fake-openai", daemon=True)

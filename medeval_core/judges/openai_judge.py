@@ -54,7 +54,8 @@ def parse_verdict(content: str | None) -> DdiVerdict:
         raise InvalidVerdictError(f"invalid verdict: {where}: {first['msg']}") from None
 
 
-def build_messages(system_prompt: str, user_template: str, item: DdiJudgeItem, tail_characters: int) -> list[dict[str, str]]:
+def build_messages(system_prompt: str, user_template: str, item: DdiJudgeItem,
+                   tail_characters: int) -> list[dict[str, str]]:
     """System prompt verbatim; the user template with the reference and only the response's last characters."""
     tail = item.response[-tail_characters:] if len(item.response) > tail_characters else item.response
     return [
