@@ -93,7 +93,7 @@ class Episode:
     def intake(self) -> Intake:
         code = self.patient.initial_evidence
         return Intake(age=self.patient.age, sex=self.patient.sex, initial_evidence=code,
-                      initial_question=self.kb.evidences[code].question(self.language))
+                      initial_question=self.kb.question_text(code, self.language))
 
     @property
     def questions_left(self) -> int:
@@ -116,7 +116,7 @@ class Episode:
         self.answers.append(answer)
         self.turns.append({
             "actor": actor, "action": "ask",
-            "payload": {"root": root, "question": self.kb.evidences[root].question(self.language),
+            "payload": {"root": root, "question": self.kb.question_text(root, self.language),
                         "values": list(answer.values), "positive": answer.positive,
                         "answer": answer.text(self.kb, self.language)},
         })

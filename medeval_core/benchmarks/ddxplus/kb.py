@@ -148,6 +148,7 @@ class KnowledgeBase:
         self.items = items
         self.item_index = {item: i for i, item in enumerate(items)}
         self.pathology_names = [condition.name for condition in self.conditions]
+        self._texts: dict[tuple[str, ...], str] = {}
         self._name_lookup: dict[str, int] = {}
         for i, condition in enumerate(self.conditions):
             for name in (condition.name, condition.name_en, condition.name_fr):
@@ -182,6 +183,21 @@ class KnowledgeBase:
             if evidence.parent is not None:
                 children.setdefault(evidence.parent, []).append(code)
         return children
+
+    def question_text(self, root: str, language: Language | None = None) -> str:
+        """Cleaned question of a root, cached: consultations ask the same few hundred questions millions of times."""
+        key = (root, language or self.language)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = self.evidences[root].question(key[1])
+        return text
+
+    def value_text(self, root: str, value: str, language: Language | None = None) -> str:
+        key = (root, value, language or self.language)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = self.evidences[root].value_text(value, key[2])
+        return text
 
     def item_code(self, root: str, value: str | None) -> str:
         return root if value is None else f"{root}{VALUE_SEPARATOR}{value}"

@@ -33,7 +33,7 @@ class Answer:
                 return "Oui" if self.positive else "Non"
             return "Yes" if self.positive else "No"
         if evidence.value_meaning:
-            return ", ".join(evidence.value_text(value, language) for value in self.values)
+            return ", ".join(kb.value_text(self.root, value, language) for value in self.values)
         return ", ".join(f"{value}/10" if value.isdigit() else value for value in self.values)
 
     def items(self) -> tuple[str, ...]:
