@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -22,6 +23,9 @@ from medeval_core.store import DuplicateResultError, Store
 
 CaseFunction = Callable[[Case, int], CaseOutcome]
 """Scores one case for one repetition. Raising marks the case failed; it never stops the run."""
+
+current_run_id: ContextVar[str | None] = ContextVar("current_run_id", default=None)
+"""The run whose case is being computed (set before each call), so a case function can store its dialogue turns."""
 
 
 class Progress(BaseModel):
@@ -195,6 +199,7 @@ class BatchRunner:
 
 def _run_one(run_id: str, case: Case, repetition: int, run_case: CaseFunction) -> CaseResult:
     started = utc_now()
+    current_run_id.set(run_id)
     try:
         outcome = run_case(case, repetition)
     except Exception as exc:  # noqa: BLE001 - any case error is data to record, not a reason to stop the run

@@ -15,7 +15,7 @@ COLUMNS = ["AGE", "DIFFERENTIAL_DIAGNOSIS", "SEX", "PATHOLOGY", "EVIDENCES", "IN
 def ddxplus_dir() -> Path:
     root = os.environ.get("MEDEVAL_DATA_DIR")
     if not root or not (Path(root) / "ddxplus" / "release_evidences.json").is_file():
-        pytest.skip("MEDEVAL_DATA_DIR does not point at the shared data (ddxplus/ missing); export "
+        pytest.fail("MEDEVAL_DATA_DIR does not point at the shared data (ddxplus/ missing); export "
                     "MEDEVAL_DATA_DIR=../shared/data")
     return Path(root) / "ddxplus"
 
