@@ -26,4 +26,11 @@ RUNS = PageInfo(
                 "on their shared cases with paired tests.",
 )
 
-PAGES: list[PageInfo] = [HOME, RUNS]
+LESION = PageInfo(
+    path="pages/lesion_diagnosis.py", title="Lesion diagnosis", icon=":material/dermatology:", section="Benchmarks",
+    url_path="lesion",
+    description="Upload a skin-lesion image, run the tested vision-language model with the DDI or 23-label prompts, "
+                "and see the final diagnosis and the judge's verdict; or judge a pasted answer from another system.",
+)
+
+PAGES: list[PageInfo] = [HOME, RUNS, LESION]

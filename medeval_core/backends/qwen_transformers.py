@@ -382,5 +382,6 @@ class QwenTransformersBackend:
             "backend": self.name,
             "model": self.model,
             "workers": [worker.report.model_dump() for worker in workers],
+            "warnings": list(dict.fromkeys(w for worker in workers for w in worker.report.warnings)),
             "generation_config": workers[0].effective_generation_config(self.load_settings).to_diff_dict(),
         }

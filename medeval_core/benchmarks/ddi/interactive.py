@@ -15,11 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from medeval_core import jobs
-from medeval_core.backends.vlm import VlmBackend
+from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy_settings, make_vlm_backend
 from medeval_core.benchmarks.ddi.images import ValidatedImage
 from medeval_core.benchmarks.ddi.plan import DdiParams
 from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, canonical_label, match_label, prompt_for
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, record_attempts
+from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, make_ddi_judge, record_attempts
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
 from medeval_core.records import CaseResult, CaseStatus, RunStatus, utc_now
@@ -38,6 +38,7 @@ class LesionEvaluation(BaseModel):
     image: dict[str, Any] | None
     response_source: Literal["model", "pasted"]
     model: dict[str, Any] | None
+    model_warnings: list[str]
     response: str
     final_diagnosis: str
     reference: str | None
@@ -123,7 +124,8 @@ def evaluate_lesion(
             judge_name = judge.name if judge is not None and mode == "open" else None
     evaluation = LesionEvaluation(
         run_id=run_id, created_at=utc_now(), mode=mode, image=image.provenance() if image else None,
-        response_source=source, model=model, response=response,  # type: ignore[arg-type]
+        response_source=source, model=model, model_warnings=(model or {}).get("warnings", []),  # type: ignore[arg-type]
+        response=response,
         final_diagnosis=(verdict or {}).get("predicted_diagnosis") or final_diagnosis(response, mode, settings, labels),
         reference=reference, verdict=verdict, judge=judge_name, judge_error=judge_error,
     )
@@ -136,6 +138,53 @@ def evaluate_lesion(
     store.update_run(run_id, status=RunStatus.COMPLETED, finished_at=utc_now(),
                      summary={"correct": verdict["correct"] if verdict else None, "judge": judge_name})
     return evaluation
+
+
+class ModelSetup(BaseModel):
+    """What the page says about the tested model and the judge before anything runs."""
+
+    configured: bool
+    backend: str
+    model: str
+    message: str
+    judge: str
+
+
+def model_setup(settings: Settings) -> ModelSetup:
+    choice = settings.backends.vlm
+    configured = choice.backend in ("transformers", "openai") and bool(choice.model) and (
+        choice.backend != "openai" or bool(choice.base_url))
+    where = f" at {choice.base_url}" if choice.backend == "openai" else ""
+    judge = settings.backends.judge
+    judge_text = ("offline rules (no judge endpoint configured)" if judge.backend in ("offline", "none")
+                  else f"{judge.model} at {judge.base_url or settings.judge.base_url}")
+    return ModelSetup(
+        configured=configured, backend=choice.backend, model=choice.model,
+        message=f"{choice.backend} model {choice.model}{where}" if configured else NOT_CONFIGURED_MESSAGE,
+        judge=judge_text,
+    )
+
+
+def evaluate_upload(
+    settings: Settings,
+    store: Store,
+    session_id: str,
+    mode: Mode,
+    image: ValidatedImage | None,
+    reference: str | None = None,
+    pasted_response: str | None = None,
+    greedy: bool = False,
+) -> LesionEvaluation:
+    """The page's Run button: the configured model (or the pasted response), then the configured judge."""
+    pasted = pasted_response if pasted_response and pasted_response.strip() else None
+    if pasted is None and image is None:
+        raise ValueError("Upload a lesion image first, or paste a model response to judge.")
+    backend = make_vlm_backend(settings) if pasted is None else None
+    needs_judge = bool(reference and reference.strip()) and mode == "open"
+    judge = make_ddi_judge(settings) if needs_judge else None
+    generation = greedy_settings(settings.generation) if greedy else settings.generation
+    return evaluate_lesion(settings, store, mode, session_id, image=image, backend=backend, generation=generation,
+                           pasted_response=pasted, reference=reference, judge=judge)
 
 
 def session_evaluations(store: Store, run_ids: Sequence[str]) -> list[LesionEvaluation]:

@@ -1,0 +1,157 @@
+"""The lesion page: AppTest with the tiny Qwen2.5-VL and the offline judge, and a real headless Chromium run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from medeval_core import context
+from medeval_core.settings import DEFAULT_CONFIG_DIR
+from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "lesion_diagnosis.py")
+LESION = "ISIC_0000002.jpg"
+
+
+def short_generation_configs(folder: Path) -> Path:
+    """The protocol configs with few new tokens, so the random tiny model answers quickly on a CPU."""
+    shutil.copytree(DEFAULT_CONFIG_DIR, folder)
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    evaluation["max_new_tokens"] = 8
+    (folder / "evaluation.json").write_text(json.dumps(evaluation))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_env(tiny_qwen: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # noqa: F811
+    return {
+        "MEDEVAL_VLM_BACKEND": "transformers",
+        "MEDEVAL_VLM_MODEL": str(tiny_qwen),
+        "MEDEVAL_CONFIG_DIR": str(short_generation_configs(tmp_path_factory.mktemp("configs") / "configs")),
+    }
+
+
+@pytest.fixture
+def with_tiny_model(tiny_model_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in tiny_model_env.items():
+        monkeypatch.setenv(key, value)
+    context.reset()
+
+
+def open_page() -> AppTest:
+    app = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not app.exception, app.exception
+    return app
+
+
+def run_button(app: AppTest):  # noqa: ANN201 - an AppTest button
+    return next(b for b in app.button if b.label == "Run")
+
+
+def test_upload_run_with_tiny_model_and_offline_judge(
+    with_tiny_model: None, tiny_model_env: dict[str, str], data_dir: Path
+) -> None:
+    app = open_page()
+    assert not app.info, "a configured model needs no setup hint"
+    app.file_uploader(key="lesion_upload").upload(LESION, (data_dir / "lesions" / LESION).read_bytes(), "image/jpeg")
+    app.run()
+    assert app.get("image")[0].proto.imgs[0].caption == f"{LESION}: 1022x767 JPEG"  # the preview
+    app.text_input(key="lesion_reference").set_value("melanoma")
+    run_button(app).click().run()
+    assert not app.exception, app.exception
+    assert not app.error, [e.value for e in app.error]
+    assert "Result" in [s.value for s in app.subheader]
+    verdict_text = " ".join(m.value for m in app.markdown)
+    assert "Incorrect against 'melanoma'" in verdict_text or "Correct against 'melanoma'" in verdict_text
+    assert any("offline-rules-v1" in c.value for c in app.caption)
+
+    store = context.current_store()
+    (run,) = [r for r in store.list_runs(benchmark="ddi") if r.label == "Lesion page (open)"]
+    assert run.status == "completed" and run.settings_hash
+    params = run.config["params"]
+    assert params["stage"] == "interactive" and params["model"] == tiny_model_env["MEDEVAL_VLM_MODEL"]
+    assert params["generation"]["max_new_tokens"] == 8
+    assert "melanoma" not in json.dumps(params["prompt"])  # the reference is not part of the model's prompt
+    (result,) = store.results(run.id)
+    assert result.output["response_source"] == "model"
+    assert result.output["image"]["name"] == LESION and result.output["image"]["width"] == 1022
+    assert result.output["model"]["workers"][0]["attention"] == "sdpa"
+    (judgement,) = store.judgements(run_id=run.id)
+    assert judgement.ok and judgement.judge_name == "offline-rules-v1"
+    assert result.metrics["correct"] == judgement.verdict["correct"]
+    assert "This session's evaluations" in [s.value for s in app.subheader]
+    assert len(app.dataframe[0].value) == 1
+
+
+def test_without_a_model_the_page_explains_setup_and_judges_a_pasted_answer() -> None:
+    app = open_page()
+    assert "MEDEVAL_VLM_MODEL" in app.info[0].value and "MEDEVAL_VLM_BASE_URL" in app.info[0].value
+    app.text_input(key="lesion_reference").set_value("basal-cell-carcinoma-nodular")
+    app.text_area(key="lesion_pasted").set_value("Pearly papule with telangiectasia.\nFinal diagnosis: nodular BCC")
+    run_button(app).click().run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    verdict_text = " ".join(m.value for m in app.markdown)
+    assert "Correct against 'basal-cell-carcinoma-nodular'" in verdict_text
+
+    # A second evaluation: classification, pasted, scored in the label space; both appear in the session list.
+    app.radio(key="lesion_mode").set_value("classification").run()
+    app.selectbox(key="lesion_reference_label").set_value("Melanoma")
+    app.text_area(key="lesion_pasted").set_value("Asymmetric, multicoloured.\nFinal diagnosis: Melanoma")
+    run_button(app).click().run()
+    assert not app.exception and not app.error
+    assert "Correct against 'Melanoma'" in " ".join(m.value for m in app.markdown)
+    rows = app.dataframe[0].value
+    assert list(rows["task"]) == ["classification", "open"]
+    assert list(rows["judge"]) == ["exact-label", "offline-rules-v1"]
+    stored = [r for r in context.current_store().list_runs(benchmark="ddi") if r.label.startswith("Lesion page")]
+    assert len(stored) == 2
+
+
+def test_without_a_model_or_a_pasted_answer_the_run_says_what_to_do() -> None:
+    app = open_page()
+    run_button(app).click().run()
+    assert not app.exception
+    assert "Upload a lesion image first" in app.error[0].value
+
+
+def test_a_bad_upload_gets_a_clear_message(with_tiny_model: None) -> None:
+    app = open_page()
+    app.file_uploader(key="lesion_upload").upload("lesion.jpg", b"GIF89a definitely not a jpeg", "image/jpeg")
+    app.run()
+    assert not app.exception
+    assert "is not an image file" in app.error[0].value or "GIF" in app.error[0].value
+
+
+@pytest.mark.browser
+def test_lesion_page_in_headless_chromium(
+    streamlit_app: Callable[..., str], page, artifacts_dir: Path, data_dir: Path, tiny_model_env: dict[str, str]
+) -> None:
+    url = streamlit_app(**tiny_model_env)
+    page.goto(url)
+    # Arrive through the navigation, once app.py has drawn it: until the first script run finishes, Streamlit shows
+    # its automatic pages/ listing, whose links open a page without the app shell (and a cold deep link shows a
+    # page-not-found dialog).
+    navigation = page.get_by_test_id("stSidebarNav")
+    navigation.get_by_text("Benchmarks").wait_for()
+    navigation.get_by_role("link", name="Lesion diagnosis").click()
+    page.wait_for_url(f"{url}/lesion")
+    page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+    page.locator("input[type='file']").set_input_files(str(data_dir / "lesions" / LESION))
+    page.get_by_text(f"{LESION}: 1022x767 JPEG").wait_for()
+    reference = page.get_by_label("Reference diagnosis (optional, given only to the judge)")
+    reference.fill("melanoma")
+    reference.press("Enter")
+    page.get_by_role("button", name="Run").click()
+    page.get_by_text("Judge verdict").wait_for()
+    page.get_by_text("Saved as run").wait_for()
+    assert page.get_by_text("against 'melanoma'").first.is_visible()
+    page.get_by_test_id("stDataFrame").wait_for()
+    page.get_by_role("heading", name="Store").wait_for()  # the app shell's sidebar is there too
+    screenshot = artifacts_dir / "lesion_diagnosis.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 20_000
