@@ -80,7 +80,7 @@ def judge_stage(
     on_progress: ProgressCallback | None = None,
 ) -> RunReport:
     params = DdiParams(
-        stage="judge", run_id=run_id, mode=mode, model_run_id=model_run_id,
+        stage="judge", mode=mode, model_run_id=model_run_id,
         responses_file=str(responses_file.resolve()) if responses_file else None, labels=labels,
         judge_backend=judge.backend, judge_base_url=judge.base_url, judge_model=judge.model,
     )
@@ -112,7 +112,7 @@ def run_ddi(
     # Validate the choice now (a clear error before anything runs); the plan builds its own, lazily loaded one.
     backend = make_vlm_backend(settings, backend=model.backend, model=model.model, base_url=model.base_url)
     params = DdiParams(
-        stage="model", run_id=model_run_id, mode=mode, source=source, labels=labels,
+        stage="model", mode=mode, source=source, labels=labels,
         model_backend=backend.name, model=backend.model, base_url=getattr(backend, "base_url", None),
         generation=generation, prompt=prompt_for(mode, labels, settings.prompts_dir),
     )

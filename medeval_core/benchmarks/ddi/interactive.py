@@ -104,7 +104,7 @@ def evaluate_lesion(
 
     run_id = new_run_id("ddi-lesion")
     params = DdiParams(
-        stage="interactive", run_id=run_id, mode=mode, labels=labels, session_id=session_id,
+        stage="interactive", mode=mode, labels=labels, session_id=session_id,
         model_backend=backend.name if source == "model" and backend else None,  # type: ignore[arg-type]
         model=backend.model if source == "model" and backend else None,
         generation=generation if source == "model" else None, prompt=prompt if source == "model" else None,

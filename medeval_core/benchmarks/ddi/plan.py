@@ -36,6 +36,7 @@ from medeval_core.benchmarks.ddi.summary import summarize_scores
 from medeval_core.benchmarks.ddi.tasks import Mode, canonical_label, match_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, make_ddi_judge, record_attempts
 from medeval_core.records import CaseOutcome, CaseResult, CaseStatus, RunConfig
+from medeval_core.runs import current_run_id
 from medeval_core.settings import GenerationSettings, Settings
 from medeval_core.store import open_store
 
@@ -48,7 +49,6 @@ class DdiParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     stage: Stage
-    run_id: str
     mode: Mode = "open"
     source: CaseSource | None = None
     labels: list[str] | None = None
@@ -77,6 +77,14 @@ def parse_params(config: RunConfig) -> DdiParams:
         return DdiParams.model_validate(config.params)
     except ValidationError as exc:
         raise DdiPlanError(f"This ddi run has invalid parameters: {exc}") from exc
+
+
+def this_run() -> str:
+    """The id of the run whose case is being computed (the runner sets it for every case)."""
+    run_id = current_run_id.get()
+    if run_id is None:
+        raise RuntimeError("DDI case functions run inside the batch runner, which names their run.")
+    return run_id
 
 
 def check_references(cases: Sequence[DdiCase], labels: Sequence[str]) -> None:
@@ -136,7 +144,7 @@ def _model_plan(params: DdiParams, settings: Settings) -> BenchmarkPlan:
         outcomes: dict[str, dict[str, Any] | Exception] = {}
         valid = []
         # On resume a batch holds only its unfinished cases: finished responses are never generated twice.
-        finished = store.finished_keys(params.run_id) if store.find_run(params.run_id) else set()
+        finished = store.finished_keys(this_run())
         for case in (case for case in chunk if (case.case_id, 0) not in finished):
             try:
                 valid.append((case, load_image_file(Path(case.image_path))))
@@ -264,7 +272,7 @@ def _judge_plan(params: DdiParams, settings: Settings) -> BenchmarkPlan:
             )
         verdict = judge.judge(
             DdiJudgeItem(case_id=case.case_id, reference=case.reference, response=response),
-            on_attempt=record_attempts(store, params.run_id, judge, case.case_id, repetition),
+            on_attempt=record_attempts(store, this_run(), judge, case.case_id, repetition),
         )
         return CaseOutcome(output={**context, **verdict.model_dump(), "judge": judge.name,
                                    "judge_model": judge.model},
@@ -283,4 +291,4 @@ def build_plan(config: RunConfig, settings: Settings) -> BenchmarkPlan:
         return _model_plan(params, settings)
     if params.stage == "judge":
         return _judge_plan(params, settings)
-    raise DdiPlanError(f"Run {params.run_id} is a single lesion-page evaluation; there is nothing to resume.")
+    raise DdiPlanError("This run is a single lesion-page evaluation; there is nothing to resume.")
