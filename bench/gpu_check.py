@@ -10,13 +10,13 @@ and, when the flash-attn package imports, flash_attention_2.
 
 Random weights rarely emit an end-of-sequence token, so every image gets close to ``--max-new-tokens`` tokens;
 the protocol's 4096 would take minutes per batch, so a shorter generation is timed and the generated tokens/s
-(steps counted with a forward hook) is reported alongside images/s. ``--shape tiny --device cpu`` runs the same code on a tiny model (the CPU smoke test).
+(steps counted with a forward hook) is reported alongside images/s. ``--shape tiny --device cpu`` runs the same
+code on a tiny model (the CPU smoke test).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -62,7 +62,9 @@ SHAPE_TINY = {
 }
 
 
-def build_model(shape: dict[str, Any], tokenizer: Any, device: str, attention: str) -> Qwen2_5_VLForConditionalGeneration:
+def build_model(
+    shape: dict[str, Any], tokenizer: Any, device: str, attention: str
+) -> Qwen2_5_VLForConditionalGeneration:
     token_id = tokenizer.convert_tokens_to_ids
     config = Qwen2_5_VLConfig(
         text_config={**shape["text"], "bos_token_id": token_id("<|endoftext|>"), "eos_token_id": token_id("<|im_end|>"),
@@ -167,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(shape, tokenizer, args.device, attention)
         parameters = sum(p.numel() for p in model.parameters())
         load = LoadReport(
-            model=f"random Qwen2.5-VL ({args.shape})", device=args.device, dtype=str(model.dtype).removeprefix("torch."),
+            model=f"random Qwen2.5-VL ({args.shape})", device=args.device,
+            dtype=str(model.dtype).removeprefix("torch."),
             attention=model.config._attn_implementation, attention_note=note, tf32=settings.allow_tf32,
             parameters=parameters, architectures=["Qwen2_5_VLForConditionalGeneration"], missing_keys=[],
             unexpected_keys=[], mismatched_keys=[], shards=[], chat_template_sha256="", min_pixels=settings.min_pixels,
@@ -178,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         report["results"][attention] = {"parameters": parameters, "build_seconds": load.load_seconds, "runs": runs}
         for run in runs:
             print(f"{attention:<18} batch {run['batch']:>2}: {run['images_per_s']:.2f} images/s "
-                  f"({run['seconds_per_batch_median']:.1f} s per batch of {run['generated_tokens_per_image']} new tokens "
-                  f"per image, {run['generated_tokens_per_s']:.0f} tokens/s)", flush=True)
+                  f"({run['seconds_per_batch_median']:.1f} s per batch of {run['generated_tokens_per_image']} "
+                  f"new tokens per image, {run['generated_tokens_per_s']:.0f} tokens/s)", flush=True)
         del worker, model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

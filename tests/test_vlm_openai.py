@@ -10,7 +10,13 @@ import pytest
 from PIL import Image
 
 from medeval_core.backends.openai_vision import OpenAIVisionBackend, request_parameters
-from medeval_core.backends.vlm import VlmBackendError, VlmNotConfiguredError, VlmPrompt, greedy_settings, make_vlm_backend
+from medeval_core.backends.vlm import (
+    VlmBackendError,
+    VlmNotConfiguredError,
+    VlmPrompt,
+    greedy_settings,
+    make_vlm_backend,
+)
 from medeval_core.settings import GenerationSettings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply, Script
 

@@ -214,3 +214,48 @@ def test_missing_checkpoint_gives_a_clear_error(tmp_path: Path, generation: Gene
     (tmp_path / "empty").mkdir()
     with pytest.raises(VlmBackendError, match="config.json"):
         cached_worker(str(tmp_path / "empty"), "cpu", generation)
+
+
+def test_listed_gpus_become_one_worker_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert qwen_transformers.resolve_devices("0,1") == ["cuda:0", "cuda:1"]
+    assert qwen_transformers.resolve_devices(None) == ["cuda:0"]
+    from medeval_core.backends.vlm import VlmBackendError
+
+    with pytest.raises(VlmBackendError, match="GPU ids 2 are not available"):
+        qwen_transformers.resolve_devices("0,2")
+
+
+class FakeGpuWorker:
+    """Stands in for a model on a GPU (none exists here): records which batches it ran, and when."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.busy = False
+        self.batches: list[list[str]] = []
+
+    def generate(self, images, prompts, settings):  # noqa: ANN001, ANN201 - QwenWorker.generate's shape
+        import time
+
+        self.batches.append([p.user for p in prompts])
+        time.sleep(0.2)
+        return [f"{self.name}:{p.user}" for p in prompts]
+
+
+def test_batches_are_spread_over_the_gpu_workers(monkeypatch: pytest.MonkeyPatch,
+                                                 generation: GenerationSettings) -> None:
+    import time
+
+    workers = [FakeGpuWorker("gpu0"), FakeGpuWorker("gpu1")]
+    backend = QwenTransformersBackend("checkpoint", generation)
+    monkeypatch.setattr(backend, "workers", lambda: workers)
+    prompts = [VlmPrompt(user=str(i)) for i in range(8)]
+    started = time.monotonic()
+    texts = backend.generate([noise_image(20, 20, i) for i in range(8)], prompts, generation)
+    elapsed = time.monotonic() - started
+    assert [t.split(":")[1] for t in texts] == [str(i) for i in range(8)]  # order kept
+    assert [len(w.batches) for w in workers] == [2, 2]  # four batches of two, two per worker
+    assert all(len(batch) == 2 for w in workers for batch in w.batches)
+    assert elapsed < 0.6  # the two workers ran at the same time (sequentially: 0.8 s)
+    assert not any(w.busy for w in workers)

@@ -82,7 +82,8 @@ class OpenAIVisionBackend:
         messages = self.messages(image, prompt)
         retrying = Retrying(
             stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, max=self.retry_max_s, jitter=self.retry_initial_s),
+            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, max=self.retry_max_s,
+                                         jitter=self.retry_initial_s),
             retry=retry_if_exception_type(RETRYABLE),
             reraise=True,
         )

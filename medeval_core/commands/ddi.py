@@ -25,7 +25,7 @@ def _judge_options(parser: argparse.ArgumentParser) -> None:
                         help="judge backend (default: settings; offline when no judge endpoint is configured)")
     parser.add_argument("--judge-base-url", help="OpenAI-compatible judge endpoint (implies --judge openai)")
     parser.add_argument("--judge-model", help="judge model name (default: configs/ddi_judge.json)")
-    parser.add_argument("--run-id", help="id for the run; an existing id continues that run")
+    parser.add_argument("--run-id", help="id for the run; an existing id continues that run with its stored settings")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
 

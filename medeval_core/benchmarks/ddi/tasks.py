@@ -86,7 +86,8 @@ class LabelMatch(BaseModel):
 def match_label(answer: str, labels: Sequence[str]) -> LabelMatch:
     segment = final_answer_segment(answer)
     found = _occurrences(segment, labels)
-    lenient = [label for label in labels if _normalise(label) and f" {_normalise(label)} " in f" {_normalise(segment)} "]
+    padded = f" {_normalise(segment)} "
+    lenient = [label for label in labels if _normalise(label) and f" {_normalise(label)} " in padded]
     lenient_label = max(lenient, key=len) if lenient else None
     if len(found) == 1:
         return LabelMatch(label=found.pop(), segment=segment, status="exact", lenient_label=lenient_label)
