@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from medeval_core.benchmarks import PlanError
 from medeval_core.settings import SettingsError
 from medeval_core.store import StoreError
 
@@ -70,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (CommandError, SettingsError, StoreError) as exc:
+    except (CommandError, SettingsError, StoreError, PlanError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from medeval_core import context
+from medeval_core.cli import main
 from medeval_core.settings import DEFAULT_CONFIG_DIR
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
@@ -110,6 +111,15 @@ def test_without_a_model_the_page_explains_setup_and_judges_a_pasted_answer() ->
     assert list(rows["judge"]) == ["exact-label", "offline-rules-v1"]
     stored = [r for r in context.current_store().list_runs(benchmark="ddi") if r.label.startswith("Lesion page")]
     assert len(stored) == 2
+
+
+def test_a_page_evaluation_cannot_be_resumed_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    app = open_page()
+    app.text_area(key="lesion_pasted").set_value("Final diagnosis: psoriasis")
+    run_button(app).click().run()
+    (run,) = context.current_store().list_runs(benchmark="ddi")
+    assert main(["resume", run.id]) == 2
+    assert "single lesion-page evaluation" in capsys.readouterr().err
 
 
 def test_without_a_model_or_a_pasted_answer_the_run_says_what_to_do() -> None:

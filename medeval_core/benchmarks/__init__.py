@@ -34,6 +34,11 @@ REGISTRY: dict[str, str] = {
 }
 
 
+class PlanError(ValueError):
+    """A run's plan cannot be built from its parameters (cases missing, a run that cannot resume); the message
+    says what to fix."""
+
+
 class UnknownBenchmarkError(KeyError):
     pass
 

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medeval_core.backends.vlm import VlmBackend, VlmPrompt, make_vlm_backend
-from medeval_core.benchmarks import BenchmarkPlan
+from medeval_core.benchmarks import BenchmarkPlan, PlanError
 from medeval_core.benchmarks.ddi.cases import CaseSource, CaseSourceError, DdiCase, load_cases
 from medeval_core.benchmarks.ddi.images import load_image_file
 from medeval_core.benchmarks.ddi.summary import summarize_scores
@@ -68,7 +68,7 @@ class DdiParams(BaseModel):
     session_id: str | None = None
 
 
-class DdiPlanError(ValueError):
+class DdiPlanError(PlanError):
     """The run's parameters do not describe a runnable plan; the message says what to fix."""
 
 
