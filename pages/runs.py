@@ -7,7 +7,7 @@ from medeval_core import jobs
 from medeval_core.compare import compare_runs, summarize_metrics
 from medeval_core.context import current_settings, current_store
 from medeval_core.plots import metric_intervals
-from medeval_core.benchmarks import UnknownBenchmarkError
+from medeval_core.benchmarks import PlanError, UnknownBenchmarkError
 from medeval_core.store import StoreError
 
 st.title("Batch runs")
@@ -49,7 +49,7 @@ def run_panel(run_id: str) -> None:
         try:
             jobs.resume_in_background(run_id, current_settings(), store)
             st.toast(f"Resuming {run_id}.")
-        except (StoreError, UnknownBenchmarkError) as exc:
+        except (StoreError, UnknownBenchmarkError, PlanError) as exc:
             st.error(f"This run cannot be resumed here: {exc}")
     if overview.active and right.button("Cancel", key=f"cancel-{run_id}",
                                         help="Stops after the cases in flight; they are saved."):
