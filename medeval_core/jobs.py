@@ -34,13 +34,16 @@ def launch(
     config: RunConfig,
     settings: Settings,
     store: Store,
-    workers: int = 1,
+    workers: int | None = None,
     run_id: str | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> RunReport:
-    """Start a run, or continue it when ``run_id`` names an existing run of the same benchmark."""
+    """Start a run, or continue it when ``run_id`` names an existing run of the same benchmark.
+
+    ``workers`` defaults to the plan's own concurrency.
+    """
     plan = plan_for(config, settings)
-    runner = BatchRunner(store, workers=workers, on_progress=on_progress)
+    runner = BatchRunner(store, workers=workers or plan.workers, on_progress=on_progress)
     existing = store.find_run(run_id) if run_id else None
     if existing is not None:
         if existing.benchmark != config.benchmark:
@@ -53,7 +56,11 @@ def launch(
 
 
 def resume(
-    run_id: str, settings: Settings, store: Store, workers: int = 1, on_progress: ProgressCallback | None = None
+    run_id: str,
+    settings: Settings,
+    store: Store,
+    workers: int | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> RunReport:
     """Continue a stored run with the configuration it was started with."""
     config = RunConfig.model_validate(store.get_run(run_id).config)
@@ -130,7 +137,9 @@ def run_overview(store: Store, run_id: str) -> RunOverview:
     )
 
 
-def resume_in_background(run_id: str, settings: Settings, store: Store, workers: int = 1) -> threading.Thread:
+def resume_in_background(
+    run_id: str, settings: Settings, store: Store, workers: int | None = None
+) -> threading.Thread:
     """Resume a run on a daemon thread (the app keeps serving); progress is read back from the store."""
     # Fail in the caller, with a readable message, when the run or its benchmark cannot be resumed.
     plan_for(RunConfig.model_validate(store.get_run(run_id).config), settings)

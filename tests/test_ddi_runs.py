@@ -253,3 +253,25 @@ def test_chunk_batcher_generates_each_batch_once_and_isolates_failures() -> None
         thread.join()
     assert sorted(calls) == [["0", "1"], ["2", "3"], ["4"]]
     assert outputs == {"0": "r0", "1": "r1", "2": "out of memory", "3": "out of memory", "4": "r4"}
+
+
+def test_judge_only_accepts_ddi_column_names_and_resume_uses_the_chosen_concurrency(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    responses = write_responses(tmp_path / "ddi-style.jsonl", [
+        {"DDI_file": "000001.png", "disease": "melanoma-in-situ", "model_output": "Final diagnosis: melanoma in situ"},
+        {"case_id": "000002.png", "reference": "epidermal-cyst", "response": "Final diagnosis: lipoma"},
+    ])
+    report = cli_json(capsys, "judge", "ddi", "--responses", str(responses), "--judge", "offline",
+                      "--concurrency", "3")
+    run_id = report["judge_run"]["run_id"]
+    verdicts = {r.case_id: r.metrics["correct"] for r in context.current_store().results(run_id)}
+    assert verdicts == {"000001.png": True, "000002.png": False}
+
+    from medeval_core import benchmarks
+    from medeval_core.records import RunConfig
+
+    stored = RunConfig.model_validate(context.current_store().get_run(run_id).config)
+    assert benchmarks.plan_for(stored, context.current_settings()).workers == 3  # what `resume` will use
+    assert main(["judge", "ddi", "--responses", str(responses), "--concurrency", "0"]) == 2
+    assert "--concurrency must be at least 1" in capsys.readouterr().err

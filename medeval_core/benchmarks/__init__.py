@@ -23,6 +23,8 @@ class BenchmarkPlan:
     cases: Sequence[Case]
     run_case: CaseFunction
     summarize: Callable[[list[CaseResult]], dict[str, Any]]
+    # Concurrency used when the caller does not choose one (e.g. ``resume``): a judge stage wants its 16 requests.
+    workers: int = 1
 
 
 PlanFactory = Callable[[RunConfig, Settings], BenchmarkPlan]

@@ -25,6 +25,7 @@ def _judge_options(parser: argparse.ArgumentParser) -> None:
                         help="judge backend (default: settings; offline when no judge endpoint is configured)")
     parser.add_argument("--judge-base-url", help="OpenAI-compatible judge endpoint (implies --judge openai)")
     parser.add_argument("--judge-model", help="judge model name (default: configs/ddi_judge.json)")
+    parser.add_argument("--concurrency", type=int, help="concurrent judge requests (protocol: 16)")
     parser.add_argument("--run-id", help="id for the run; an existing id continues that run with its stored settings")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
@@ -65,7 +66,10 @@ def _progress(args: argparse.Namespace):  # noqa: ANN202 - returns a ProgressCal
 
 
 def _judge_choice(args: argparse.Namespace) -> JudgeChoice:
-    return JudgeChoice(backend=args.judge, base_url=args.judge_base_url, model=args.judge_model)
+    if args.concurrency is not None and args.concurrency < 1:
+        raise CommandError("--concurrency must be at least 1.")
+    return JudgeChoice(backend=args.judge, base_url=args.judge_base_url, model=args.judge_model,
+                       concurrency=args.concurrency)
 
 
 def _print(report: DdiBatchReport, as_json: bool) -> None:

@@ -40,7 +40,8 @@ def register(groups: CommandGroups) -> None:
 
     resume = groups.top.add_parser("resume", help="continue a run: finished cases are skipped, failed ones retried")
     resume.add_argument("run_id")
-    resume.add_argument("--workers", type=int, default=1)
+    resume.add_argument("--workers", type=int, help="concurrent cases (default: the benchmark's own, e.g. 16 judge "
+                        "requests)")
     resume.add_argument("--json", action="store_true")
     resume.set_defaults(handler=_resume)
 

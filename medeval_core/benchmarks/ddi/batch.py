@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from medeval_core import jobs
 from medeval_core.backends.vlm import greedy_settings, make_vlm_backend
@@ -27,6 +27,7 @@ class JudgeChoice(BaseModel):
     backend: Literal["offline", "openai"] | None = None
     base_url: str | None = None
     model: str | None = None
+    concurrency: int | None = Field(default=None, gt=0)
 
 
 class ModelChoice(BaseModel):
@@ -49,13 +50,6 @@ def effective_generation(settings: Settings, choice: ModelChoice) -> GenerationS
     overrides = {k: v for k, v in {"batch_size": choice.batch_size, "max_new_tokens": choice.max_new_tokens}.items()
                  if v is not None}
     return generation.model_copy(update=overrides)
-
-
-def _judge_workers(settings: Settings, params: DdiParams) -> int:
-    if params.mode == "classification":
-        return 1
-    return make_ddi_judge(settings, backend=params.judge_backend, base_url=params.judge_base_url,
-                          model=params.judge_model).concurrency
 
 
 def _config_for(store: Store, run_id: str, fresh: RunConfig) -> RunConfig:
@@ -83,11 +77,11 @@ def judge_stage(
         stage="judge", mode=mode, model_run_id=model_run_id,
         responses_file=str(responses_file.resolve()) if responses_file else None, labels=labels,
         judge_backend=judge.backend, judge_base_url=judge.base_url, judge_model=judge.model,
+        judge_concurrency=judge.concurrency,
     )
     config = _config_for(store, run_id, jobs.new_run_config(
         BENCHMARK, settings, params.model_dump(mode="json"), label=f"DDI {mode}: judge stage"))
-    workers = _judge_workers(settings, parse_params(config))
-    return jobs.launch(config, settings, store, workers=workers, run_id=run_id, on_progress=on_progress)
+    return jobs.launch(config, settings, store, run_id=run_id, on_progress=on_progress)
 
 
 def run_ddi(
@@ -119,10 +113,7 @@ def run_ddi(
     config = _config_for(store, model_run_id, jobs.new_run_config(
         BENCHMARK, settings, params.model_dump(mode="json"), label=f"DDI {mode}: model stage"))
     stored = parse_params(config)
-    assert stored.generation is not None
-    backend = make_vlm_backend(settings, backend=stored.model_backend, model=stored.model, base_url=stored.base_url)
-    workers = stored.generation.batch_size * backend.parallel_batches
-    model_report = jobs.launch(config, settings, store, workers=workers, run_id=model_run_id, on_progress=on_progress)
+    model_report = jobs.launch(config, settings, store, run_id=model_run_id, on_progress=on_progress)
     if model_report.status != RunStatus.COMPLETED:
         return DdiBatchReport(model_run=model_report, judge_run=None, summary=store.get_run(model_run_id).summary)
     judge_report = judge_stage(settings, store, f"{model_run_id}-judge", stored.mode, judge,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medeval_core.backends.vlm import VlmBackend, VlmPrompt, make_vlm_backend
 from medeval_core.benchmarks import BenchmarkPlan, PlanError
@@ -64,6 +64,7 @@ class DdiParams(BaseModel):
     judge_backend: Literal["offline", "openai"] | None = None
     judge_base_url: str | None = None
     judge_model: str | None = None
+    judge_concurrency: int | None = Field(default=None, gt=0)
     # Lesion page: one evaluation per run.
     session_id: str | None = None
 
@@ -179,7 +180,11 @@ def _model_plan(params: DdiParams, settings: Settings) -> BenchmarkPlan:
             "backend": loaded[0].describe() if loaded else None,
         }
 
-    return BenchmarkPlan(cases=cases, run_case=run_case, summarize=summarize)  # type: ignore[arg-type]
+    # Enough cases in flight to fill one batch on every model worker (constructing a backend loads nothing).
+    workers = generation.batch_size * make_vlm_backend(
+        settings, backend=params.model_backend, model=params.model, base_url=params.base_url
+    ).parallel_batches
+    return BenchmarkPlan(cases=cases, run_case=run_case, summarize=summarize, workers=workers)  # type: ignore[arg-type]
 
 
 class ResponseLine(BaseModel):
@@ -194,8 +199,27 @@ class ResponseLine(BaseModel):
     malignant: bool | None = None
 
 
+# Other tools write the same three fields under DDI's column names or as case ids / model outputs.
+RESPONSE_KEY_ALIASES = {
+    "image_id": ("image_id", "case_id", "DDI_file", "id"),
+    "reference": ("reference", "disease"),
+    "response": ("response", "model_output"),
+}
+
+
+def _canonical_keys(record: object) -> object:
+    if not isinstance(record, dict):
+        return record
+    canonical = dict(record)
+    for key, aliases in RESPONSE_KEY_ALIASES.items():
+        found = next((record[alias] for alias in aliases if alias in record), None)
+        if found is not None:
+            canonical[key] = found
+    return canonical
+
+
 def load_responses(path: Path) -> tuple[list[DdiCase], dict[str, str]]:
-    """Cases and responses from JSON Lines with ``image_id`` (or ``case_id``), ``reference`` and ``response``."""
+    """Cases and responses from JSON Lines with an image id, a reference and a response (see RESPONSE_KEY_ALIASES)."""
     if not path.is_file():
         raise CaseSourceError(f"Responses file {path} does not exist.")
     cases: list[DdiCase] = []
@@ -204,10 +228,7 @@ def load_responses(path: Path) -> tuple[list[DdiCase], dict[str, str]]:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-            if isinstance(record, dict) and "image_id" not in record:
-                record["image_id"] = record.get("case_id", record.get("id"))
-            line = ResponseLine.model_validate(record)
+            line = ResponseLine.model_validate(_canonical_keys(json.loads(raw)))
         except (json.JSONDecodeError, ValidationError) as exc:
             raise CaseSourceError(
                 f"{path.name} line {number} is not a JSON object with image_id, reference and response ({exc})."
@@ -282,7 +303,8 @@ def _judge_plan(params: DdiParams, settings: Settings) -> BenchmarkPlan:
         return summarize_scores(cases, results, params.mode, labels=labels,
                                 scorer={**scorer, "model_run_id": params.model_run_id})
 
-    return BenchmarkPlan(cases=cases, run_case=run_case, summarize=summarize)  # type: ignore[arg-type]
+    workers = params.judge_concurrency or (judge.concurrency if judge is not None else 1)
+    return BenchmarkPlan(cases=cases, run_case=run_case, summarize=summarize, workers=workers)  # type: ignore[arg-type]
 
 
 def build_plan(config: RunConfig, settings: Settings) -> BenchmarkPlan:
