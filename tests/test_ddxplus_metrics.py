@@ -21,7 +21,7 @@ import pytest
 from medeval_core.benchmarks.ddxplus.kb import load_kb
 from medeval_core.benchmarks.ddxplus.patients import load_patients
 from medeval_core.benchmarks.ddxplus.scoring import PredictionFileError, read_predictions, score
-from medeval_core.metrics.ddxplus import METRIC_KEYS, per_patient, top_columns
+from medeval_core.metrics.ddxplus import METRIC_KEYS, Entries, GroundTruth, pack_roots, patient_metrics, per_patient
 from tests.ddxplus_fixtures import ddxplus_dir, sample_csv, write_patients
 
 THRESHOLD = 0.01
@@ -142,28 +142,68 @@ def test_missing_line_is_an_empty_prediction_with_a_warning(tmp_path, kb):
     assert report.per_patient["PER"][1] == 50.0
 
 
+def _listing(mass, order=None):
+    """Entries of a dense mass matrix (zero cells left out), listed by ``order`` (default: column order)."""
+    mass = np.asarray(mass, dtype=float)
+    order = np.tile(np.arange(mass.shape[1]), (len(mass), 1)) if order is None else np.asarray(order)
+    return Entries.from_lists([[(int(c), float(row[c])) for c in np.argsort(rank, kind="stable") if row[c] != 0]
+                               for row, rank in zip(mass, order, strict=True)])
+
+
+def _truth(gt_mass, pathology, present=None):
+    gt_mass = np.asarray(gt_mass, dtype=float)
+    present = np.ones((len(gt_mass), 1), bool) if present is None else present
+    return GroundTruth.prepare(gt_mass.shape[1], Entries.from_dense(gt_mass), np.asarray(pathology), present)
+
+
 def test_top_ties_follow_listing_order():
-    mass = np.array([[0.4, 0.4, 0.2], [0.4, 0.4, 0.2], [0.1, 0.5, 0.5]])
-    order = np.array([[1, 0, 2], [0, 1, 2], [0, 2, 1]])
-    assert top_columns(mass, order).tolist() == [1, 0, 2]
-    assert top_columns(mass).tolist() == [0, 0, 1]
+    # Patient 0: tie between columns 0 and 1, column 1 listed first; patient 1: column 0 listed first;
+    # patient 2: tie between columns 1 and 2, column 2 listed first.
+    mass = [[0.4, 0.4, 0.2], [0.4, 0.4, 0.2], [0.1, 0.5, 0.5]]
+    order = [[1, 0, 2], [0, 1, 2], [0, 2, 1]]
+    inquired, questions = np.ones((3, 1), bool), np.zeros(3)
+    for truth, expected in (([1, 0, 2], [100, 100, 100]), ([0, 1, 1], [0, 0, 0])):
+        listed = per_patient(_truth(mass, truth), _listing(mass, order), inquired, questions)
+        assert listed["GTPA@1"].tolist() == expected
+    # Listed in column order, the smallest column wins a tie.
+    by_column = per_patient(_truth(mass, [0, 0, 1]), _listing(mass), inquired, questions)
+    assert by_column["GTPA@1"].tolist() == [100, 100, 100]
 
 
-def test_sparse_and_dense_root_sets_agree():
+def test_names_outside_the_kb_count_in_p_and_can_take_the_top():
+    pred = Entries.from_lists([[(0, 0.3), (1, 0.3), (2, 0.4)]])  # column 2: a name outside a 2-pathology KB
+    values = per_patient(_truth([[0.6, 0.4]], [0]), pred, np.ones((1, 1), bool), np.zeros(1))
+    assert values["DDR"][0] == 100.0 and values["DDP"][0] == pytest.approx(200 / 3)
+    assert values["GTPA"][0] == 100.0 and values["GTPA@1"][0] == 0.0
+
+
+def test_root_set_forms_agree_and_wide_kbs_use_several_words():
     from scipy import sparse
 
     rng = np.random.default_rng(3)
-    present = rng.random((50, 30)) < 0.2
+    present = rng.random((50, 130)) < 0.2
     present[:, 0] = True
-    inquired = rng.random((50, 30)) < 0.3
-    args = dict(gt_mass=rng.random((50, 4)), pathology=rng.integers(0, 4, 50), pred_mass=rng.random((50, 6)),
-                n_questions=rng.integers(0, 30, 50))
-    dense = per_patient(present=present, inquired=inquired, **args)
-    mixed = per_patient(present=sparse.csr_matrix(present), inquired=inquired, **args)
-    both = per_patient(present=sparse.csr_matrix(present), inquired=sparse.csr_matrix(inquired), **args)
+    inquired = rng.random((50, 130)) < 0.3
+    # 150 pathologies: the set bitmaps span three 64-column words.
+    gt_mass = rng.random((50, 150)) * (rng.random((50, 150)) < 0.4)
+    pred_mass = rng.random((50, 155)) * (rng.random((50, 155)) < 0.3)
+    pathology = rng.integers(0, 150, 50)
+    pred = _listing(pred_mass, rng.permuted(np.tile(np.arange(155), (50, 1)), axis=1))
+    dense = per_patient(_truth(gt_mass, pathology, present), pred, inquired, np.zeros(50))
+    from_sparse = per_patient(_truth(gt_mass, pathology, sparse.csr_matrix(present)), pred,
+                              sparse.csr_matrix(inquired), np.zeros(50))
+    packed = per_patient(_truth(gt_mass, pathology, present), pred, pack_roots(inquired), np.zeros(50))
     for key in METRIC_KEYS:
-        np.testing.assert_array_equal(dense[key], mixed[key])
-        np.testing.assert_array_equal(dense[key], both[key])
+        np.testing.assert_array_equal(dense[key], from_sparse[key])
+        np.testing.assert_array_equal(dense[key], packed[key])
+    for i in range(50):
+        gt_set = set(np.flatnonzero(gt_mass[i] > 0.01))
+        pred_set = set(np.flatnonzero(pred_mass[i] > 0.01))
+        tp = len(gt_set & pred_set & set(range(150)))
+        assert dense["DDR"][i] == pytest.approx(tp / len(gt_set) * 100 if gt_set else 0.0, abs=1e-12)
+        assert dense["DDP"][i] == pytest.approx(tp / len(pred_set) * 100 if pred_set else 0.0, abs=1e-12)
+        hits = np.count_nonzero(present[i] & inquired[i]) / np.count_nonzero(present[i]) * 100
+        assert dense["PER"][i] == pytest.approx(hits, abs=1e-12)
 
 
 def _random_predictions(names: list[str], codes: list[str], n: int, seed: int) -> list[dict]:
@@ -203,6 +243,25 @@ def test_vectorised_scores_match_plain_reference_on_sample(tmp_path, kb):
         theirs = reference_scores(ddxplus_dir(), sample_csv(), path)
         for key in METRIC_KEYS:
             assert math.isclose(ours[key], theirs[key], abs_tol=1e-9), (seed, key, ours[key], theirs[key])
+
+
+def test_single_patient_function_matches_the_vectorised_scorer(tmp_path, kb):
+    patients = load_patients(sample_csv(), kb)
+    path = _write_jsonl(tmp_path / "pred.jsonl", _random_predictions(kb.pathology_names, kb.roots, len(patients), 7))
+    report = score(patients, read_predictions(path, patients))
+    records = {json.loads(line)["index"]: json.loads(line) for line in path.read_text().splitlines()}
+    for i in range(len(patients)):
+        record = records.get(i, {"differential": {}, "inquired": []})
+        differential = record["differential"]
+        pairs = [tuple(p) for p in differential] if isinstance(differential, list) else list(differential.items())
+        single = patient_metrics(
+            gt=list(patients.differential_pairs[i]), pathology=kb.pathology_names[patients.pathology[i]],
+            pred=pairs, present={kb.roots[r] for r in np.flatnonzero(patients.present[i])},
+            inquired={c.partition("_@_")[0] for c in record["inquired"]} | {kb.roots[patients.initial_root[i]]},
+            n_questions=len(record["inquired"]),
+        )
+        for key in METRIC_KEYS:
+            assert single[key] == pytest.approx(report.per_patient[key][i], abs=1e-12), (i, key)
 
 
 def test_ground_truth_as_prediction_gives_perfect_differential(tmp_path, kb):

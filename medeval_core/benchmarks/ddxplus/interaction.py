@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 from pydantic import BaseModel
 
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, Language, root_of
@@ -145,26 +144,16 @@ class Episode:
 
     def _score(self, differential: dict[str, float]) -> tuple[dict[str, float], list[str]]:
         kb = self.kb
-        gt = np.zeros((1, kb.n_pathologies))
-        for name, mass in self.patient.differential:
-            gt[0, kb.pathology_index(name)] = mass
-        pred = np.zeros((1, kb.n_pathologies))
-        order = np.full((1, kb.n_pathologies), len(differential), dtype=np.int64)
-        for rank, (name, mass) in enumerate(differential.items()):
-            pred[0, kb.pathology_index(name)] = mass
-            order[0, kb.pathology_index(name)] = rank
-        present_roots = self.present_roots()
-        present = np.zeros((1, kb.n_roots), dtype=bool)
-        present[0, [kb.root_index[r] for r in present_roots]] = True
-        inquired_roots = {self.patient.initial_evidence, *self.asked}
-        inquired = np.zeros((1, kb.n_roots), dtype=bool)
-        inquired[0, [kb.root_index[r] for r in inquired_roots]] = True
-        values = ddx_metrics.per_patient(
-            gt_mass=gt, pathology=np.array([kb.pathology_index(self.patient.pathology)]), pred_mass=pred,
-            present=present, inquired=inquired, n_questions=np.array([len(self.asked)]), pred_order=order,
+        # Names resolve to KB keys first, so that a French or English alias is the same pathology.
+        gt = list({kb.pathology_names[kb.pathology_index(name)]: mass
+                   for name, mass in self.patient.differential}.items())
+        present = self.present_roots()
+        inquired = {self.patient.initial_evidence, *self.asked}
+        metrics = ddx_metrics.patient_metrics(
+            gt=gt, pathology=kb.pathology_names[kb.pathology_index(self.patient.pathology)],
+            pred=list(differential.items()), present=set(present), inquired=inquired, n_questions=len(self.asked),
         )
-        missed = [root for root in present_roots if root not in inquired_roots]
-        return {key: float(values[key][0]) for key in ddx_metrics.METRIC_KEYS}, missed
+        return metrics, [root for root in present if root not in inquired]
 
     def records(self, run_id: str, case_id: str | None = None, repetition: int = 0) -> list[Turn]:
         case_id = case_id or self.patient.case_id

@@ -28,6 +28,7 @@ import numpy as np
 from scipy import sparse
 
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
+from medeval_core.metrics.ddxplus import Entries, GroundTruth
 from medeval_core.records import Case
 
 REQUIRED_COLUMNS = ("AGE", "DIFFERENTIAL_DIAGNOSIS", "SEX", "PATHOLOGY", "EVIDENCES", "INITIAL_EVIDENCE")
@@ -150,6 +151,12 @@ class PatientSet:
         return counts.toarray() > 0
 
     @cached_property
+    def truth(self) -> GroundTruth:
+        """Ground truth thresholded once for the metrics (GT sets, true pathologies, present roots)."""
+        return GroundTruth.prepare(self.kb.n_pathologies, Entries.from_dense(self.differential), self.pathology,
+                                   self.present)
+
+    @cached_property
     def position(self) -> dict[int, int]:
         """File row -> position in this set."""
         return {int(row): i for i, row in enumerate(self.rows)}
@@ -185,6 +192,7 @@ class PatientSet:
             index = index[:total]
         copy = self.subset(index)
         copy.rows = np.arange(len(index), dtype=np.int64)
+        copy.report = LoadReport(source=f"{self.report.source} replicated", total_rows=len(index), loaded=len(index))
         return copy
 
 

@@ -49,9 +49,9 @@ class PredictionFileError(ValueError):
 class Predictions:
     """Predictions aligned with a PatientSet (row i is patient i), as the metric arrays need them."""
 
-    mass: np.ndarray
-    order: np.ndarray
+    entries: ddx_metrics.Entries
     inquired: np.ndarray
+    """Inquired roots (initial evidence included) as ``pack_roots`` bitmaps."""
     n_questions: np.ndarray
     has_line: np.ndarray
     extra_names: list[str] = field(default_factory=list)
@@ -98,20 +98,33 @@ class PredictionBuilder:
         self.has_line = np.zeros(n, dtype=bool)
         self.n_questions = np.zeros(n, dtype=np.int64)
         self.inquired = np.zeros((n, self.kb.n_roots), dtype=bool)
-        self._cells: list[tuple[int, int, float, int]] = []
+        self._rows: list[int] = []
+        self._cols: list[int] = []
+        self._masses: list[float] = []
         self.extra: dict[str, int] = {}
         self.unknown_names: set[str] = set()
         self.unknown_codes: set[str] = set()
 
     def add(self, position: int, entries: Iterable[tuple[str, float]], inquired: Iterable[str]) -> None:
+        """Record one patient's prediction. Raises ValueError for a second prediction or a pathology named twice
+        (e.g. by its English and its French name)."""
         k = self.kb.n_pathologies
-        self.has_line[position] = True
-        for rank, (name, mass) in enumerate(entries):
+        if self.has_line[position]:
+            raise ValueError(f"patient {int(self.patients.rows[position])} already has a prediction")
+        seen: set[int] = set()
+        for name, mass in entries:
             column = self.kb.pathology_index(name)
             if column is None:
                 self.unknown_names.add(name)
                 column = k + self.extra.setdefault(name, len(self.extra))
-            self._cells.append((position, column, mass, rank))
+            if column in seen:
+                raise ValueError(f"the differential names {self.kb.pathology_names[column] if column < k else name!r} "
+                                 "twice")
+            seen.add(column)
+            self._rows.append(position)
+            self._cols.append(column)
+            self._masses.append(mass)
+        self.has_line[position] = True
         self.inquired[position, self.patients.initial_root[position]] = True
         count = 0
         for code in inquired:
@@ -124,15 +137,14 @@ class PredictionBuilder:
         self.n_questions[position] = count
 
     def build(self, warnings: list[str] | None = None) -> Predictions:
-        n, k = len(self.patients), self.kb.n_pathologies
-        width = k + len(self.extra)
-        mass = np.zeros((n, width))
-        order = np.full((n, width), np.iinfo(np.int32).max, dtype=np.int64)
-        if self._cells:
-            cells = np.array(self._cells, dtype=np.float64)
-            r, c = cells[:, 0].astype(np.int64), cells[:, 1].astype(np.int64)
-            mass[r, c] = cells[:, 2]
-            order[r, c] = cells[:, 3].astype(np.int64)
+        rows = np.asarray(self._rows, dtype=np.int64)
+        # Group by patient; the stable sort keeps each patient's listing order.
+        grouped = np.argsort(rows, kind="stable")
+        entries = ddx_metrics.Entries(
+            bounds=np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(self.patients)))]),
+            col=np.asarray(self._cols, dtype=np.int64)[grouped],
+            mass=np.asarray(self._masses, dtype=np.float64)[grouped],
+        )
         # Rows never given stay at their defaults: no mass, and the initial evidence as the only inquired root.
         missing = np.flatnonzero(~self.has_line)
         self.inquired[missing, self.patients.initial_root[missing]] = True
@@ -148,7 +160,7 @@ class PredictionBuilder:
         if self.unknown_codes:
             notes.append(f"{len(self.unknown_codes)} inquired code(s) are not KB evidences "
                          f"({', '.join(sorted(self.unknown_codes)[:5])}); they count as turns only.")
-        return Predictions(mass=mass, order=order, inquired=self.inquired, n_questions=self.n_questions,
+        return Predictions(entries=entries, inquired=ddx_metrics.pack_roots(self.inquired), n_questions=self.n_questions,
                            has_line=self.has_line, extra_names=list(self.extra), warnings=notes)
 
 
@@ -187,7 +199,10 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
             if index not in position:
                 skipped_rows.append(index)
                 continue
-            builder.add(position[index], entries, inquired)
+            try:
+                builder.add(position[index], entries, inquired)
+            except ValueError as exc:
+                raise PredictionFileError(f"{where}: {exc}.") from None
     warnings = []
     if skipped_rows:
         warnings.append(f"{len(skipped_rows)} prediction line(s) are for rows the loader skipped; they are ignored.")
@@ -195,15 +210,8 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
 
 
 def score(patients: PatientSet, predictions: Predictions) -> ScoreReport:
-    values = ddx_metrics.per_patient(
-        gt_mass=patients.differential,
-        pathology=patients.pathology,
-        pred_mass=predictions.mass,
-        present=patients.present,
-        inquired=predictions.inquired,
-        n_questions=predictions.n_questions,
-        pred_order=predictions.order,
-    )
+    values = ddx_metrics.per_patient(patients.truth, predictions.entries, predictions.inquired,
+                                     predictions.n_questions)
     return ScoreReport(
         metrics=ddx_metrics.mean_metrics(values),
         n_patients=len(patients),
