@@ -99,6 +99,7 @@ def _score(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from medeval_core import jobs
+    from medeval_core.backends.chat import ChatBackendError
     from medeval_core.benchmarks.ddxplus.kb import KnowledgeBaseError
     from medeval_core.benchmarks.ddxplus.patients import PatientFileError
     from medeval_core.benchmarks.ddxplus.plan import DDXPlusRunError, run_params
@@ -120,14 +121,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         params = run_params(settings, args.patients, args.agent, train=args.train, kb=args.kb, limit=args.limit,
                             agent_params=agent_params)
-    except (KnowledgeBaseError, PatientFileError, DDXPlusRunError, ValueError) as exc:
+    except (KnowledgeBaseError, PatientFileError, DDXPlusRunError, ChatBackendError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     config = jobs.new_run_config("ddxplus", settings, params, label=args.label)
     store = current_store()
     try:
         report = jobs.launch(config, settings, store, workers=args.workers, run_id=args.run_id,
                              on_progress=None if args.json else print_progress)
-    except (KnowledgeBaseError, PatientFileError, DDXPlusRunError) as exc:
+    except (KnowledgeBaseError, PatientFileError, DDXPlusRunError, ChatBackendError) as exc:
         raise CommandError(str(exc)) from None
     summary = store.get_run(report.run_id).summary
     if args.json:
