@@ -7,10 +7,10 @@ earlier value, so ``fill`` substitutes all placeholders in one pass over the tem
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from medeval_core.files import read_json
 from medeval_core.settings import DEFAULT_PROMPTS_DIR
 
 
@@ -34,13 +34,9 @@ def load_prompt(name: str, prompts_dir: Path | None = None) -> str:
 
 def load_json(name: str, prompts_dir: Path | None = None) -> object:
     """A JSON file under ``prompts/`` (for example the label vocabulary ``labels_160case``)."""
-    path = prompt_path(name, prompts_dir, suffix=".json")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise PromptError(f"Prompt data file {path} is missing; restore it from the repository.") from exc
-    except json.JSONDecodeError as exc:
-        raise PromptError(f"Prompt data file {path} is not valid JSON ({exc}); restore it.") from exc
+    return read_json(prompt_path(name, prompts_dir, suffix=".json"), PromptError,
+                     missing="is missing; restore it from the repository.",
+                     invalid="is not valid JSON; restore it from the repository")
 
 
 def load_labels(name: str = "labels_160case", prompts_dir: Path | None = None) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import medeval_core
+from medeval_core.files import read_json
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -149,18 +150,11 @@ def fingerprint(payload: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise SettingsError(f"Configuration file {path} is missing; restore it from the repository.") from exc
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"Configuration file {path} is not valid JSON ({exc}); fix or restore it.") from exc
-
-
 def _validated(model: type[BaseModel], path: Path) -> Any:
+    raw = read_json(path, SettingsError, missing="is missing; restore it from the repository.",
+                    invalid="is not valid JSON; fix it or restore it from the repository")
     try:
-        return model.model_validate(_read_json(path))
+        return model.model_validate(raw)
     except ValidationError as exc:
         raise SettingsError(f"Configuration file {path} has invalid values: {exc}") from exc
 
