@@ -20,26 +20,35 @@ for info in PAGES:
     )
 navigation = st.navigation(sections)
 
-with st.sidebar:
+
+def show_status() -> None:
     try:
         settings = current_settings()
     except SettingsError as exc:
         st.error(f"Settings could not be loaded: {exc}")
+        return
+    store = store_status(settings)
+    st.subheader("Store")
+    if store.reachable:
+        st.caption(f"{store.url}  \n{store.counts.get('runs', 0)} runs, "
+                   f"{store.counts.get('case_results', 0)} case results")
     else:
-        store = store_status(settings)
-        st.subheader("Store")
-        if store.reachable:
-            st.caption(f"{store.url}  \n{store.counts.get('runs', 0)} runs, "
-                       f"{store.counts.get('case_results', 0)} case results")
-        else:
-            st.error(f"The store at {store.url} cannot be opened: {store.error}. Check MEDEVAL_DB_URL.")
-        st.subheader("Data")
-        for row in data_status_rows(settings):
-            st.markdown(f"{row.icon} **{row.name}**: {row.state}")
-        st.subheader("Models")
-        for backend in backends_status(settings):
-            label = f"{backend.backend} {backend.model}".strip()
-            st.markdown(f"{':material/check_circle:' if backend.configured else ':material/cancel:'} "
-                        f"**{backend.role}**: {label}")
+        st.error(f"The store at {store.url} cannot be opened: {store.error}. Check MEDEVAL_DB_URL.")
+    st.subheader("Data")
+    for row in data_status_rows(settings):
+        st.markdown(f"{row.icon} **{row.name}**: {row.state}")
+    st.subheader("Models")
+    for backend in backends_status(settings):
+        label = f"{backend.backend} {backend.model}".strip()
+        st.markdown(f"{':material/check_circle:' if backend.configured else ':material/cancel:'} "
+                    f"**{backend.role}**: {label}")
 
+
+# Drawn before the page (so it is there even when a page ends with st.stop()) and redrawn after it, so the counts
+# include what the page just saved.
+status_slot = st.sidebar.empty()
+with status_slot.container():
+    show_status()
 navigation.run()
+with status_slot.container():
+    show_status()

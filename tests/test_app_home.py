@@ -50,3 +50,15 @@ def test_home_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     screenshot = artifacts_dir / "home.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
+
+
+def test_sidebar_status_stays_when_a_page_stops_early_in_chromium(streamlit_app, page, tmp_path_factory) -> None:
+    # AppTest drops the sidebar of a run that ended with st.stop(), so this is checked in the browser.
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('empty-store') / 'medeval.db'}"
+    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/")
+    page.get_by_role("heading", name="Data sources").wait_for()
+    page.get_by_role("link", name="Batch runs").first.click()
+    page.get_by_text("No runs yet").wait_for()
+    sidebar = page.get_by_test_id("stSidebar")
+    for heading in ("Store", "Data", "Models"):
+        assert sidebar.get_by_role("heading", name=heading).is_visible()
