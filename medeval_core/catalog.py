@@ -33,4 +33,11 @@ LESION = PageInfo(
                 "and see the final diagnosis and the judge's verdict; or judge a pasted answer from another system.",
 )
 
-PAGES: list[PageInfo] = [HOME, RUNS, LESION]
+DDXPLUS = PageInfo(
+    path="pages/ddxplus_walkthrough.py", title="DDXPlus walkthrough", icon=":material/forum:", section="Benchmarks",
+    url_path="ddxplus",
+    description="Question a simulated DDXPlus patient, give a ranked differential and see the official metrics, "
+                "the ground truth beside yours and the evidences you missed; ask what the KB-Bayes agent would do.",
+)
+
+PAGES: list[PageInfo] = [HOME, RUNS, LESION, DDXPLUS]
