@@ -116,7 +116,7 @@ def test_state_restores_a_half_done_consultation(kb):
     episode = Episode(kb=kb, patient=_patient(PAINFUL))
     episode.ask("E_53", actor="person")
     episode.ask("E_55", actor="person")
-    again = Episode.restore(kb, episode.patient, episode.state())
+    again = Episode.restore(kb, episode.patient, episode.asked, ["person", "person"])
     assert again.asked == ["E_53", "E_55"] and again.turns == episode.turns
 
 

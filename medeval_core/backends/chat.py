@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import openai
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from medeval_core.settings import BackendChoice, Settings, api_key
+from medeval_core.settings import BackendChoice, api_key
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
 """429, 5xx, and connection failures (``APITimeoutError`` is a connection error subclass)."""
@@ -111,8 +111,3 @@ def make_chat_backend(choice: BackendChoice, **options: Any) -> ChatBackend:
             f"and MEDEVAL_CHAT_MODEL, and the key in {choice.api_key_env} if the endpoint needs one."
         )
     return OpenAIChatBackend(base_url=choice.base_url, model=choice.model, api_key_env=choice.api_key_env, **options)
-
-
-def chat_backend_from_settings(settings: Settings, **options: Any) -> ChatBackend:
-    """The chat backend the settings (configs/backends.json plus MEDEVAL_CHAT_*) describe."""
-    return make_chat_backend(settings.backends.chat, **options)

@@ -264,11 +264,6 @@ def mean_metrics(values: dict[str, np.ndarray]) -> dict[str, float]:
             for key in METRIC_KEYS}
 
 
-def ddxplus_metrics(truth: GroundTruth, pred: Entries, inquired: Any, n_questions: np.ndarray) -> dict[str, float]:
-    """``mean_metrics(per_patient(...))``: the seven reported figures."""
-    return mean_metrics(per_patient(truth, pred, inquired, n_questions))
-
-
 def breakdown(values: dict[str, np.ndarray], groups: np.ndarray, labels: list[str]) -> dict[str, dict[str, float]]:
     """Means per group (e.g. per true pathology), with each group's patient count under ``n``."""
     groups = np.asarray(groups)

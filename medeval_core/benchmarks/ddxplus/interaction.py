@@ -2,14 +2,14 @@
 
 The walkthrough page and batch runs use this same ``Episode``; the only difference is who acts. A batch run
 drives it with an agent through ``run_episode``; the page calls ``ask`` and ``submit`` from widgets. Every step
-becomes a ``Turn`` (index 0 is the intake), so the store holds the same dialogue either way, and ``state()`` /
-``Episode.restore`` let a half-done walkthrough continue after a page reload.
+becomes a ``Turn`` (index 0 is the intake), so the store holds the same dialogue either way, and
+``Episode.restore`` replays stored questions so that a half-done walkthrough continues after a page reload.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -160,19 +160,14 @@ class Episode:
         return [Turn(run_id=run_id, case_id=case_id, repetition=repetition, index=i, **turn)
                 for i, turn in enumerate(self.turns)]
 
-    def state(self) -> dict[str, Any]:
-        """JSON-ready progress: the questions asked so far (answers are recomputed, they are deterministic)."""
-        return {"row": self.patient.row, "asked": list(self.asked), "max_questions": self.max_questions,
-                "actors": [turn["actor"] for turn in self.turns[1:1 + len(self.asked)]]}
-
     @classmethod
-    def restore(cls, kb: KnowledgeBase, patient: DDXPlusPatient, state: Mapping[str, Any],
+    def restore(cls, kb: KnowledgeBase, patient: DDXPlusPatient, asked: Sequence[str], actors: Sequence[str],
                 language: Language | None = None) -> Episode:
-        episode = cls(kb=kb, patient=patient, max_questions=int(state.get("max_questions", MAX_QUESTIONS)),
-                      language=language)
-        actors = list(state.get("actors", []))
-        for i, code in enumerate(state.get("asked", [])):
-            episode.ask(code, actor=actors[i] if i < len(actors) else "person")
+        """The consultation after ``asked`` (by ``actors``): answers are deterministic, so replaying the stored
+        questions rebuilds it exactly (a half-done walkthrough after a page reload)."""
+        episode = cls(kb=kb, patient=patient, language=language)
+        for code, actor in zip(asked, actors, strict=True):
+            episode.ask(code, actor=actor)
         return episode
 
 

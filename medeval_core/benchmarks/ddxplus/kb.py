@@ -129,7 +129,6 @@ class KnowledgeBase:
     evidences: dict[str, Evidence]
     conditions: list[Condition]
     language: Language
-    source: str = ""
     roots: list[str] = field(init=False)
     root_index: dict[str, int] = field(init=False)
     items: list[str] = field(init=False)
@@ -173,9 +172,6 @@ class KnowledgeBase:
             found = self._name_lookup.get(clean_text(name).casefold())
         return found
 
-    def children(self, root: str) -> list[str]:
-        return self.children_of.get(root, [])
-
     @cached_property
     def children_of(self) -> dict[str, list[str]]:
         children: dict[str, list[str]] = {}
@@ -198,9 +194,6 @@ class KnowledgeBase:
         if text is None:
             text = self._texts[key] = self.evidences[root].value_text(value, key[2])
         return text
-
-    def item_code(self, root: str, value: str | None) -> str:
-        return root if value is None else f"{root}{VALUE_SEPARATOR}{value}"
 
     # Arrays -----------------------------------------------------------------------------------------------
 
@@ -326,4 +319,4 @@ def load_kb(folder: str | Path, language: Language | None = None) -> KnowledgeBa
             antecedents=tuple(raw.get("antecedents") or ()),
         ))
     return KnowledgeBase(evidences=evidences, conditions=conditions,
-                         language=language or _detect_language(raw_conditions), source=str(folder))
+                         language=language or _detect_language(raw_conditions))

@@ -267,7 +267,8 @@ class KBBayesSession:
         distance += 1e6 * (agent.train_pathology != top)
         nearest = np.argsort(distance, kind="stable")[: config.neighbours]
         frequency = agent.set_frequency[top] if len(agent.by_pathology[top]) else agent.train_sets[nearest].mean(0)
-        share = config.neighbour_share * agent.train_sets[nearest].mean(axis=0) + (1 - config.neighbour_share) * frequency
+        share = (config.neighbour_share * agent.train_sets[nearest].mean(axis=0)
+                 + (1 - config.neighbour_share) * frequency)
         return share, agent.train_masses[nearest].mean(axis=0)
 
 

@@ -160,7 +160,8 @@ class PredictionBuilder:
         if self.unknown_codes:
             notes.append(f"{len(self.unknown_codes)} inquired code(s) are not KB evidences "
                          f"({', '.join(sorted(self.unknown_codes)[:5])}); they count as turns only.")
-        return Predictions(entries=entries, inquired=ddx_metrics.pack_roots(self.inquired), n_questions=self.n_questions,
+        return Predictions(entries=entries, inquired=ddx_metrics.pack_roots(self.inquired),
+                           n_questions=self.n_questions,
                            has_line=self.has_line, extra_names=list(self.extra), warnings=notes)
 
 

@@ -135,8 +135,7 @@ def load(store: Store, res: Resources, walkthrough_id: str) -> Walkthrough:
     patient = res.patients.patient(res.patients.position[row])
     turns = store.turns(walkthrough_id, patient.case_id)
     asks = [t for t in turns if t.action == "ask"]
-    episode = Episode.restore(res.kb, patient, {"asked": [t.payload["root"] for t in asks],
-                                                "actors": [t.actor for t in asks]})
+    episode = Episode.restore(res.kb, patient, [t.payload["root"] for t in asks], [t.actor for t in asks])
     results = store.results(walkthrough_id)
     result = results[0] if results else None
     if result is not None:
