@@ -197,55 +197,70 @@ class PatientSet:
 
 
 class _RowParser:
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self.kb = kb
+    """Turns one CSV record into the loader's tuple; the common case (every code valid) is plain dict lookups,
+    and only a failing lookup pays for working out which rule the row breaks."""
 
-    def item(self, code: str) -> int:
+    def __init__(self, kb: KnowledgeBase, header: list[str]) -> None:
+        self.kb = kb
+        self.items = kb.item_index
+        self.names = {name: kb.pathology_index(name) for name in kb.pathology_names}
+        self.column = {name: header.index(name) for name in REQUIRED_COLUMNS}
+
+    def pathology(self, name: str) -> int | None:
+        index = self.names.get(name)
+        return index if index is not None else self.kb.pathology_index(name)
+
+    def bad_code(self, code: str) -> _BadRow:
         root, sep, value = code.partition(VALUE_SEPARATOR)
         evidence = self.kb.evidences.get(root)
         if evidence is None:
-            raise _BadRow("unknown evidence code", f"unknown evidence code {code!r}")
+            return _BadRow("unknown evidence code", f"unknown evidence code {code!r}")
         if evidence.binary and sep:
-            raise _BadRow("unknown evidence code", f"{code!r} gives a value to the yes/no evidence {root}")
+            return _BadRow("unknown evidence code", f"{code!r} gives a value to the yes/no evidence {root}")
         if not evidence.binary and not sep:
-            raise _BadRow("unknown evidence code", f"{code!r} lacks a value for the evidence {root}")
-        index = self.kb.item_index.get(code)
-        if index is None:
-            raise _BadRow("unknown evidence code", f"{code!r}: {value!r} is not a possible value of {root}")
-        return index
+            return _BadRow("unknown evidence code", f"{code!r} lacks a value for the evidence {root}")
+        return _BadRow("unknown evidence code", f"{code!r}: {value!r} is not a possible value of {root}")
 
-    def parse(self, record: dict[str, str]) -> tuple:
-        age_text = record["AGE"].strip()
+    def parse(self, fields: list[str]) -> tuple:
+        column = self.column
+        age_text = fields[column["AGE"]].strip()
         try:
             age_value = float(age_text)
         except ValueError:
             raise _BadRow("bad age", f"AGE {age_text!r} is not a number") from None
         if not math.isfinite(age_value) or age_value < 0 or age_value != int(age_value):
             raise _BadRow("bad age", f"AGE {age_text!r} is not a whole number of years")
-        sex = record["SEX"].strip().upper()
+        sex = fields[column["SEX"]].strip().upper()
         if sex not in SEXES:
-            raise _BadRow("bad sex", f"SEX {record['SEX']!r} is not M or F")
-        pathology = self.kb.pathology_index(record["PATHOLOGY"].strip())
+            raise _BadRow("bad sex", f"SEX {fields[column['SEX']]!r} is not M or F")
+        pathology = self.pathology(fields[column["PATHOLOGY"]].strip())
         if pathology is None:
-            raise _BadRow("pathology missing from the KB", f"pathology {record['PATHOLOGY']!r} is not in the KB")
-        evidences = tuple(code.strip() for code in _parse_evidence_cell(record["EVIDENCES"].strip()))
-        items = sorted({self.item(code) for code in evidences})
-        initial = record["INITIAL_EVIDENCE"].strip()
+            raise _BadRow("pathology missing from the KB",
+                          f"pathology {fields[column['PATHOLOGY']]!r} is not in the KB")
+        evidences = tuple(code.strip() for code in _parse_evidence_cell(fields[column["EVIDENCES"]].strip()))
+        items = set()
+        for code in evidences:
+            index = self.items.get(code)
+            if index is None:
+                raise self.bad_code(code)
+            items.add(index)
+        initial = fields[column["INITIAL_EVIDENCE"]].strip()
         if initial not in self.kb.root_index:
             raise _BadRow("unknown evidence code", f"unknown initial evidence {initial!r}")
         if initial not in evidences:
             raise _BadRow("initial evidence not among the evidences",
                           f"initial evidence {initial!r} is not among the patient's evidences")
-        pairs = _parse_differential_cell(record["DIFFERENTIAL_DIAGNOSIS"].strip())
-        masses = np.zeros(self.kb.n_pathologies)
+        pairs = _parse_differential_cell(fields[column["DIFFERENTIAL_DIAGNOSIS"]].strip())
+        masses: dict[int, float] = {}
         for name, mass in pairs:
-            index = self.kb.pathology_index(name)
+            index = self.pathology(name)
             if index is None:
                 raise _BadRow("pathology missing from the KB", f"differential names {name!r}, not in the KB")
             if not math.isfinite(mass):
                 raise _BadRow("malformed list cell", f"differential mass {mass!r} for {name!r} is not finite")
             masses[index] = mass
-        return int(age_value), sex, pathology, self.kb.root_index[initial], items, masses, evidences, tuple(pairs)
+        return (int(age_value), sex, pathology, self.kb.root_index[initial], sorted(items), masses, evidences,
+                tuple(pairs))
 
 
 def _open_text(path: Path) -> Iterator[io.TextIOBase]:
@@ -272,7 +287,6 @@ def load_patients(path: str | Path, kb: KnowledgeBase, limit: int | None = None)
     if not path.is_file():
         raise PatientFileError(f"{path} does not exist; give the path of a DDXPlus patients CSV or release zip.")
     report = LoadReport(source=path.name)
-    parser = _RowParser(kb)
     rows: list[int] = []
     parsed: list[tuple] = []
     try:
@@ -289,6 +303,7 @@ def load_patients(path: str | Path, kb: KnowledgeBase, limit: int | None = None)
                     f"{', '.join(REQUIRED_COLUMNS)}."
                 )
             width = len(header)
+            parser = _RowParser(kb, header)
             for fields in reader:
                 if limit is not None and len(rows) >= limit:
                     break
@@ -299,7 +314,7 @@ def load_patients(path: str | Path, kb: KnowledgeBase, limit: int | None = None)
                 try:
                     if len(fields) != width:
                         raise _BadRow("wrong number of fields", f"{len(fields)} fields, the header has {width}")
-                    parsed.append(parser.parse(dict(zip(header, fields, strict=True))))
+                    parsed.append(parser.parse(fields))
                 except _BadRow as bad:
                     report.skip(row, bad)
                     continue
@@ -316,7 +331,11 @@ def _assemble(kb: KnowledgeBase, rows: list[int], parsed: list[tuple], report: L
     indptr[1:] = np.cumsum([len(p[4]) for p in parsed]) if n else []
     indices = np.fromiter((i for p in parsed for i in p[4]), dtype=np.int64, count=int(indptr[-1]))
     items = sparse.csr_matrix((np.ones(len(indices), dtype=bool), indices, indptr), shape=(n, len(kb.items)))
-    differential = np.vstack([p[5] for p in parsed]) if n else np.zeros((0, kb.n_pathologies))
+    differential = np.zeros((n, kb.n_pathologies))
+    counts = [len(p[5]) for p in parsed]
+    if sum(counts):
+        differential[np.repeat(np.arange(n), counts), [k for p in parsed for k in p[5]]] = [
+            m for p in parsed for m in p[5].values()]
     return PatientSet(
         kb=kb,
         rows=np.asarray(rows, dtype=np.int64),
