@@ -112,6 +112,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.train is not None and args.patients.resolve() == args.train.resolve():
         print("warning: --train is the same file as --patients: the figures are optimistic (seen patients).",
               file=sys.stderr)
+    if args.agent == "kb-bayes" and args.train is None:
+        print("note: without --train the KB-Bayes differential is its KB posterior (DDF1 near 31); give training "
+              "patients (e.g. the shared sample) for the learnt differential head.", file=sys.stderr)
     agent_params: dict[str, object] = {}
     if args.no_kb:
         agent_params["use_kb"] = False
