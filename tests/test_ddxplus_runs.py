@@ -123,3 +123,15 @@ def test_run_command_rejects_bad_input_in_one_sentence(tmp_path):
         [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--patients", str(bad), "--agent", "kb-bayes",
          "--no-kb"], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
     assert nokb.returncode == 2 and "needs training patients" in nokb.stderr
+
+
+def test_resume_without_the_patients_file_is_a_plan_error(small_sets):
+    from medeval_core.benchmarks import PlanError
+
+    test_csv, train_csv = small_sets
+    settings = current_settings()
+    params = run_params(settings, test_csv, "kb-bayes", train=train_csv, limit=3)
+    jobs.launch(jobs.new_run_config("ddxplus", settings, params), settings, current_store(), run_id="gone")
+    test_csv.unlink()
+    with pytest.raises(PlanError, match="does not exist"):
+        jobs.resume("gone", settings, current_store())

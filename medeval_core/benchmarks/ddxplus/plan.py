@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from medeval_core.benchmarks import BenchmarkPlan
+from medeval_core.backends.chat import ChatBackendError
+from medeval_core.benchmarks import BenchmarkPlan, PlanError
 from medeval_core.benchmarks.ddxplus import default_kb_dir
 from medeval_core.benchmarks.ddxplus.interaction import Agent, Episode, run_episode
-from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb
-from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
+from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, KnowledgeBaseError, load_kb
+from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, score
 from medeval_core.records import Case, CaseOutcome, CaseResult, CaseStatus, RunConfig
 from medeval_core.runs import current_run_id
@@ -27,7 +28,7 @@ from medeval_core.store import open_store
 AGENTS = ("kb-bayes", "llm")
 
 
-class DDXPlusRunError(ValueError):
+class DDXPlusRunError(PlanError):
     """A run configuration that cannot work (unknown agent, missing files); the message says what to change."""
 
 
@@ -79,15 +80,18 @@ def build_agent(name: str, kb: KnowledgeBase, train: PatientSet | None, settings
 
 def build_plan(config: RunConfig, settings: Settings) -> BenchmarkPlan:
     params = config.params
-    kb = load_kb(params["kb"])
-    patients = load_patients(params["patients"], kb)
+    try:
+        kb = load_kb(params["kb"])
+        patients = load_patients(params["patients"], kb)
+        agent = build_agent(params["agent"], kb, _load_train(params.get("train"), kb), settings,
+                            params.get("agent_params") or {})
+    except (KnowledgeBaseError, PatientFileError, ChatBackendError) as exc:
+        raise DDXPlusRunError(str(exc)) from None
     if not len(patients):
         raise DDXPlusRunError(f"{params['patients']} has no usable patient rows: {patients.report.summary()}")
     limit = params.get("limit")
     if limit is not None:
         patients = patients.subset(np.arange(min(int(limit), len(patients))))
-    agent = build_agent(params["agent"], kb, _load_train(params.get("train"), kb), settings,
-                        params.get("agent_params") or {})
     store_url = settings.db_url
     return BenchmarkPlan(
         cases=patients.cases(),
