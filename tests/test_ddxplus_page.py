@@ -12,7 +12,7 @@ from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.catalog import PAGES
 from medeval_core.records import RunStatus
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "ddxplus_walkthrough.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "views" / "ddxplus_walkthrough.py")
 
 
 def open_page(query: dict[str, str] | None = None) -> AppTest:
@@ -37,7 +37,7 @@ def ask(app: AppTest, search: str, code: str) -> None:
 
 
 def test_page_is_catalogued() -> None:
-    assert any(info.path == "pages/ddxplus_walkthrough.py" for info in PAGES)
+    assert any(info.path == "views/ddxplus_walkthrough.py" for info in PAGES)
 
 
 def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:
@@ -127,18 +127,6 @@ def test_ranks_to_masses_keeps_every_rank_above_the_threshold() -> None:
         wt.ranks_to_masses(["a", "a"])
 
 
-def dismiss_page_not_found(page) -> None:  # noqa: ANN001 - a Playwright page
-    """Streamlit's navigation can flash a "Page not found" dialog on a direct load of a page URL (it still runs
-    the page); close it so that the page behind it takes clicks."""
-    dialog = page.get_by_role("dialog")
-    try:
-        dialog.wait_for(timeout=3_000)
-    except Exception:  # noqa: BLE001 - no dialog: nothing to close
-        return
-    page.keyboard.press("Escape")
-    dialog.wait_for(state="hidden")
-
-
 @pytest.mark.browser
 def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Path) -> None:
     url = streamlit_app()
@@ -158,8 +146,8 @@ def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Pa
     assert "walkthrough=ddxplus-walk-" in page.url
     # A reload keeps the consultation: the id in the URL brings it back from the store.
     page.reload()
-    dismiss_page_not_found(page)
     page.get_by_text("3 / 30").wait_for()
+    assert page.get_by_role("dialog").count() == 0, "a reload lands on the page itself, not a page-not-found dialog"
     choices = page.get_by_test_id("stMultiSelect").locator("input")
     for name in ("Acute COPD exacerbation / infection", "Bronchitis"):
         choices.click()

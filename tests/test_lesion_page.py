@@ -15,7 +15,7 @@ from medeval_core.cli import main
 from medeval_core.settings import DEFAULT_CONFIG_DIR
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "lesion_diagnosis.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "views" / "lesion_diagnosis.py")
 LESION = "ISIC_0000002.jpg"
 
 
@@ -142,15 +142,9 @@ def test_lesion_page_in_headless_chromium(
     streamlit_app: Callable[..., str], page, artifacts_dir: Path, data_dir: Path, tiny_model_env: dict[str, str]
 ) -> None:
     url = streamlit_app(**tiny_model_env)
-    page.goto(url)
-    # Arrive through the navigation, once app.py has drawn it: until the first script run finishes, Streamlit shows
-    # its automatic pages/ listing, whose links open a page without the app shell (and a cold deep link shows a
-    # page-not-found dialog).
-    navigation = page.get_by_test_id("stSidebarNav")
-    navigation.get_by_text("Benchmarks").wait_for()
-    navigation.get_by_role("link", name="Lesion diagnosis").click()
-    page.wait_for_url(f"{url}/lesion")
+    page.goto(f"{url}/lesion")  # a cold deep link lands on the page inside the app shell
     page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+    page.get_by_test_id("stSidebarNav").get_by_text("Benchmarks").wait_for()
     page.locator("input[type='file']").set_input_files(str(data_dir / "lesions" / LESION))
     page.get_by_text(f"{LESION}: 1022x767 JPEG").wait_for()
     reference = page.get_by_label("Reference diagnosis (optional, given only to the judge)")

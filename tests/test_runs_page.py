@@ -12,7 +12,7 @@ from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 
-RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
+RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "views" / "runs.py")
 
 
 def result(run: str, case: str, correct: bool, score: float) -> CaseResult:
@@ -117,7 +117,10 @@ def test_empty_store_says_how_to_start_a_run() -> None:
 def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path, tmp_path_factory) -> None:
     db_url = f"sqlite:///{tmp_path_factory.mktemp('runs-browser') / 'medeval.db'}"
     seed_two_runs(Store(db_url))
-    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/runs")
+    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/runs")  # a cold server's first request is a deep link
     page.get_by_role("heading", name="Compare two runs").wait_for()
+    sidebar = page.get_by_test_id("stSidebar")
+    assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
+    assert sidebar.get_by_role("link", name="app").count() == 0, "no legacy pages-folder navigation"
     page.locator("table").get_by_text("exact McNemar").wait_for()
     page.screenshot(path=str(artifacts_dir / "runs.png"), full_page=True)
