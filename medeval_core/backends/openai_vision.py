@@ -15,19 +15,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import openai
 from PIL import Image
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
+from medeval_core.backends.openai_client import CompletionClient
 from medeval_core.backends.vlm import VlmBackendError, VlmPrompt, chat_messages, check_pairs
-from medeval_core.settings import GenerationSettings, api_key
-
-RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
+from medeval_core.settings import GenerationSettings
 """429, 5xx, and connection failures (``APITimeoutError`` is a connection error subclass)."""
 
 
@@ -62,14 +54,9 @@ class OpenAIVisionBackend:
     ) -> None:
         self.base_url = base_url
         self.model = model
-        self.api_key_env = api_key_env
-        self.max_attempts = max_attempts
-        self.retry_initial_s = retry_initial_s
-        self.retry_max_s = retry_max_s
-        # Local servers (vLLM, Ollama) accept any key, but the SDK insists on a non-empty string.
-        self._client = openai.OpenAI(
-            base_url=base_url, api_key=api_key(api_key_env) or "unused", timeout=timeout_s, max_retries=0
-        )
+        self._client = CompletionClient(base_url, model, api_key_env, VlmBackendError, timeout_s=timeout_s,
+                                        max_attempts=max_attempts, retry_initial_s=retry_initial_s,
+                                        retry_max_s=retry_max_s)
 
     @property
     def parallel_batches(self) -> int:
@@ -79,36 +66,7 @@ class OpenAIVisionBackend:
         return chat_messages(prompt, {"type": "image_url", "image_url": {"url": image_data_url(image)}})
 
     def _complete(self, image: Image.Image, prompt: VlmPrompt, settings: GenerationSettings) -> str:
-        messages = self.messages(image, prompt)
-        retrying = Retrying(
-            stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, max=self.retry_max_s,
-                                         jitter=self.retry_initial_s),
-            retry=retry_if_exception_type(RETRYABLE),
-            reraise=True,
-        )
-        try:
-            response = retrying(
-                self._client.chat.completions.create,
-                model=self.model, messages=messages, **request_parameters(settings),  # type: ignore[arg-type]
-            )
-        except openai.AuthenticationError as exc:
-            raise VlmBackendError(
-                f"The endpoint {self.base_url} refused the API key; set {self.api_key_env} to a valid key."
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise VlmBackendError(
-                f"Could not reach {self.base_url} after {self.max_attempts} attempts ({exc}); check that the "
-                "server is running and the URL ends with /v1."
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise VlmBackendError(
-                f"The endpoint {self.base_url} answered HTTP {exc.status_code} for model {self.model!r}: "
-                f"{exc.message}"
-            ) from exc
-        if not response.choices or response.choices[0].message.content is None:
-            raise VlmBackendError(f"The endpoint {self.base_url} returned no text for model {self.model!r}.")
-        return response.choices[0].message.content
+        return self._client.complete(self.messages(image, prompt), **request_parameters(settings))
 
     def generate(self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt],
                  settings: GenerationSettings) -> list[str]:

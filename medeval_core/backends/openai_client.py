@@ -1,0 +1,71 @@
+"""One chat-completions call to an OpenAI-compatible endpoint (vLLM, Ollama, a hosted API), shared by the vision
+and chat backends: tenacity retries of transient failures, and readable errors for the rest.
+
+Transient failures are 429, 5xx and connection errors (``APITimeoutError`` is a connection error). The API key is
+read from the environment variable named ``api_key_env`` when the client is built, and never stored or logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from medeval_core.settings import api_key
+
+RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
+
+
+class CompletionClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str,
+        error: type[Exception],
+        timeout_s: float,
+        max_attempts: int,
+        retry_initial_s: float,
+        retry_max_s: float,
+    ) -> None:
+        self.base_url = base_url
+        self.model = model
+        self.api_key_env = api_key_env
+        self.error = error
+        self.max_attempts = max_attempts
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        # Local servers accept any key, but the SDK insists on a non-empty string.
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key(api_key_env) or "unused",
+                                     timeout=timeout_s, max_retries=0)
+
+    def complete(self, messages: list[dict[str, Any]], **parameters: Any) -> str:
+        """The first choice's text; raises ``self.error`` with what to fix when the endpoint cannot answer."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_attempts),
+            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, max=self.retry_max_s,
+                                         jitter=self.retry_initial_s),
+            retry=retry_if_exception_type(RETRYABLE),
+            reraise=True,
+        )
+        try:
+            response = retrying(self._client.chat.completions.create, model=self.model, messages=messages,
+                                **parameters)
+        except openai.AuthenticationError as exc:
+            raise self.error(
+                f"The endpoint {self.base_url} refused the API key; set {self.api_key_env} to a valid key."
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise self.error(
+                f"Could not reach {self.base_url} after {self.max_attempts} attempts ({exc}); check that the "
+                "server is running and the URL ends with /v1."
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise self.error(
+                f"The endpoint {self.base_url} answered HTTP {exc.status_code} for model {self.model!r}: "
+                f"{exc.message}"
+            ) from exc
+        if not response.choices or response.choices[0].message.content is None:
+            raise self.error(f"The endpoint {self.base_url} returned no text for model {self.model!r}.")
+        return response.choices[0].message.content
