@@ -60,3 +60,18 @@ def test_runs_list_show_and_export(isolated_store: str, tmp_path: Path, capsys) 
     assert "use a .csv or .jsonl" in capsys.readouterr().err
     assert main(["resume", "nope"]) == 2
     assert "No run with id 'nope'" in capsys.readouterr().err
+
+
+def test_throttled_progress_prints_first_and_last_events_once(capsys) -> None:
+    from medeval_core.commands.runs import ThrottledProgress
+    from medeval_core.runs import Progress
+
+    def event(done: int) -> Progress:
+        return Progress(run_id="r", total=100, done=done, failed=0, pending=100 - done, elapsed_s=1.0,
+                        rate_per_s=10.0, eta_s=1.0)
+
+    printer = ThrottledProgress(interval_s=3600)
+    for done in [0, *range(1, 101), 100]:
+        printer(event(done))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split("done ")[1].split()[0] for line in lines] == ["0", "100"]

@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     from medeval_core.benchmarks.ddxplus.patients import PatientFileError
     from medeval_core.benchmarks.ddxplus.plan import DDXPlusRunError, run_params
     from medeval_core.benchmarks.ddxplus.scoring import format_table
-    from medeval_core.commands.runs import print_progress
+    from medeval_core.commands.runs import ThrottledProgress
     from medeval_core.context import current_settings, current_store
 
     if args.limit is not None and args.limit < 1:
@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     store = current_store()
     try:
         report = jobs.launch(config, settings, store, workers=args.workers, run_id=args.run_id,
-                             on_progress=None if args.json else print_progress)
+                             on_progress=None if args.json else ThrottledProgress())
     except (KnowledgeBaseError, PatientFileError, DDXPlusRunError, ChatBackendError) as exc:
         raise CommandError(str(exc)) from None
     summary = store.get_run(report.run_id).summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from medeval_core import jobs
@@ -51,10 +52,33 @@ def register(groups: CommandGroups) -> None:
 
 
 def print_progress(progress: Progress) -> None:
-    """One status line on stderr, so that --json output on stdout stays clean."""
+    """One status line on stderr (so --json output on stdout stays clean), redrawn in place on a terminal."""
     eta = f"{progress.eta_s:.0f}s" if progress.eta_s is not None else "?"
-    print(f"\r[{progress.run_id}] done {progress.done}  failed {progress.failed}  pending {progress.pending}  "
-          f"{progress.rate_per_s:.2f}/s  eta {eta}   ", end="", file=sys.stderr, flush=True)
+    line = (f"[{progress.run_id}] done {progress.done}  failed {progress.failed}  pending {progress.pending}  "
+            f"{progress.rate_per_s:.2f}/s  eta {eta}")
+    if sys.stderr.isatty():
+        print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+class ThrottledProgress:
+    """``print_progress`` at most every ``interval_s`` seconds (and always for the first and last event), so a run
+    of thousands of fast cases does not flood a log."""
+
+    def __init__(self, interval_s: float | None = None) -> None:
+        self.interval_s = interval_s if interval_s is not None else (0.5 if sys.stderr.isatty() else 10.0)
+        self._last = float("-inf")
+        self._last_counts: tuple[int, int, int] | None = None
+
+    def __call__(self, progress: Progress) -> None:
+        now = time.monotonic()
+        counts = (progress.done, progress.failed, progress.pending)
+        if counts == self._last_counts:
+            return
+        if progress.pending == 0 or now - self._last >= self.interval_s:
+            self._last, self._last_counts = now, counts
+            print_progress(progress)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -106,7 +130,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     report = jobs.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
-                         on_progress=None if args.json else print_progress)
+                         on_progress=None if args.json else ThrottledProgress())
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
