@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel
 
-from medeval_core.benchmarks import plan_for
+from medeval_core.benchmarks import BenchmarkPlan, plan_for
 from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
 from medeval_core.runs import BatchRunner, ProgressCallback, RunReport
 from medeval_core.settings import Settings, runtime_versions
@@ -42,7 +42,17 @@ def launch(
 
     ``workers`` defaults to the plan's own concurrency.
     """
-    plan = plan_for(config, settings)
+    return _run_plan(config, plan_for(config, settings), store, workers, run_id, on_progress)
+
+
+def _run_plan(
+    config: RunConfig,
+    plan: BenchmarkPlan,
+    store: Store,
+    workers: int | None,
+    run_id: str | None,
+    on_progress: ProgressCallback | None,
+) -> RunReport:
     runner = BatchRunner(store, workers=workers or plan.workers, on_progress=on_progress)
     existing = store.find_run(run_id) if run_id else None
     if existing is not None:
@@ -141,11 +151,12 @@ def resume_in_background(
     run_id: str, settings: Settings, store: Store, workers: int | None = None
 ) -> threading.Thread:
     """Resume a run on a daemon thread (the app keeps serving); progress is read back from the store."""
-    # Fail in the caller, with a readable message, when the run or its benchmark cannot be resumed.
-    plan_for(RunConfig.model_validate(store.get_run(run_id).config), settings)
+    config = RunConfig.model_validate(store.get_run(run_id).config)
+    # Built here so that a run that cannot be resumed fails in the caller, with a readable message; the thread
+    # reuses it (building a plan can mean loading data and training an agent).
+    plan = plan_for(config, settings)
     thread = threading.Thread(
-        target=resume, args=(run_id, settings, store), kwargs={"workers": workers}, name=f"resume-{run_id}",
-        daemon=True,
+        target=_run_plan, args=(config, plan, store, workers, run_id, None), name=f"resume-{run_id}", daemon=True,
     )
     thread.start()
     return thread

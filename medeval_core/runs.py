@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -153,8 +153,8 @@ class BatchRunner:
         self, run_id: str, todo: list[tuple[Case, int]], run_case: CaseFunction, tally: _Tally
     ) -> bool:
         """Run ``todo`` with at most ``workers`` cases in flight. Returns True when cancelled."""
-        queue: Iterable[tuple[Case, int]] = iter(todo)
-        in_flight: dict[Future[CaseResult], tuple[Case, int]] = {}
+        queue: Iterator[tuple[Case, int]] = iter(todo)
+        in_flight: set[Future[CaseResult]] = set()
         last_poll = 0.0
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"run-{run_id}") as pool:
             while True:
@@ -163,15 +163,15 @@ class BatchRunner:
                     if self.store.get_run(run_id).status == RunStatus.CANCELLING:
                         self._cancel.set()
                 while not self._cancel.is_set() and len(in_flight) < self.workers:
-                    item = next(queue, None)  # type: ignore[call-overload]
+                    item = next(queue, None)
                     if item is None:
                         break
-                    in_flight[pool.submit(_run_one, run_id, item[0], item[1], run_case)] = item
+                    in_flight.add(pool.submit(_run_one, run_id, item[0], item[1], run_case))
                 if not in_flight:
                     return self._cancel.is_set()
                 completed, _ = wait(in_flight, timeout=self.cancel_poll_seconds, return_when=FIRST_COMPLETED)
                 for future in completed:
-                    del in_flight[future]
+                    in_flight.discard(future)
                     self._record(future.result(), tally)
                     self._emit(tally.progress(run_id))
 

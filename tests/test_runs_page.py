@@ -124,3 +124,22 @@ def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     assert sidebar.get_by_role("link", name="app").count() == 0, "no legacy pages-folder navigation"
     page.locator("table").get_by_text("exact McNemar").wait_for()
     page.screenshot(path=str(artifacts_dir / "runs.png"), full_page=True)
+
+
+def test_background_resume_builds_the_plan_once(isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support import counting_benchmark
+
+    builds: list[str] = []
+
+    def counted_build(config, settings):  # noqa: ANN001, ANN202 - registry factory signature
+        builds.append(config.benchmark)
+        return counting_benchmark.build_plan(config, settings)
+
+    monkeypatch.setattr(counting_benchmark, "counted_build", counted_build, raising=False)
+    monkeypatch.setitem(benchmarks.REGISTRY, "counting", "tests.support.counting_benchmark:counted_build")
+    store = Store(isolated_store)
+    settings = load_settings()
+    store.create_run(jobs.new_run_config("counting", settings, params={"n_cases": 3}), run_id="bg", expected_cases=3)
+    jobs.resume_in_background("bg", settings, store).join(timeout=30)
+    assert store.get_run("bg").status == RunStatus.COMPLETED
+    assert builds == ["counting"]
