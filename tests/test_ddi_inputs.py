@@ -167,3 +167,14 @@ def test_spelling_misses_are_recorded_but_not_scored() -> None:
     assert match.label is None and match.lenient_label == "Basal Cell Carcinoma"
     assert canonical_label("basal-cell carcinoma", LABELS) == "Basal Cell Carcinoma"
     assert canonical_label("melanoma-in-situ", LABELS) is None
+
+
+def test_label_scoring_needs_the_exact_label_the_reference_names() -> None:
+    from medeval_core.benchmarks.ddi.tasks import score_label
+
+    assert score_label("Final diagnosis: Basal Cell Carcinoma", "basal-cell carcinoma", LABELS).correct
+    spelling_miss = score_label("Final diagnosis: basal cell carcinoma", "Basal Cell Carcinoma", LABELS)
+    assert not spelling_miss.correct and spelling_miss.reference_label == "Basal Cell Carcinoma"
+    assert not score_label("Final diagnosis: Melanoma", "Basal Cell Carcinoma", LABELS).correct
+    outside = score_label("Final diagnosis: Melanoma", "melanoma-in-situ", LABELS)
+    assert outside.reference_label is None and not outside.correct

@@ -18,7 +18,7 @@ from medeval_core import jobs
 from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy_settings, make_vlm_backend
 from medeval_core.benchmarks.ddi.images import ValidatedImage
 from medeval_core.benchmarks.ddi.plan import DdiParams
-from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, canonical_label, match_label, prompt_for
+from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, match_label, prompt_for, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, make_ddi_judge, record_attempts
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
@@ -60,15 +60,14 @@ def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | 
              store: Store, run_id: str) -> tuple[dict[str, Any], str]:
     if mode == "classification":
         assert labels is not None
-        match = match_label(response, labels)
-        reference_label = canonical_label(reference, labels)
-        if reference_label is None:
+        score = score_label(response, reference, labels)
+        if score.reference_label is None:
             raise ValueError(f"{reference!r} is not one of the {len(labels)} candidate labels; choose one of them "
                              "as the reference, or use open-ended mode.")
-        correct = match.label == reference_label
-        reason = (f"The answer selects {match.label!r}." if match.label
+        selected = score.match.label
+        reason = (f"The answer selects {selected!r}." if selected
                   else "The answer does not select exactly one label with its exact spelling.")
-        return {"predicted_diagnosis": match.label or "", "correct": correct, "reason": reason}, "exact-label"
+        return {"predicted_diagnosis": selected or "", "correct": score.correct, "reason": reason}, "exact-label"
     assert judge is not None
     verdict = judge.judge(DdiJudgeItem(case_id=CASE_ID, reference=reference, response=response),
                           on_attempt=record_attempts(store, run_id, judge, CASE_ID))

@@ -33,7 +33,7 @@ from medeval_core.benchmarks import BenchmarkPlan, PlanError
 from medeval_core.benchmarks.ddi.cases import CaseSource, CaseSourceError, DdiCase, load_cases
 from medeval_core.benchmarks.ddi.images import load_image_file
 from medeval_core.benchmarks.ddi.summary import summarize_scores
-from medeval_core.benchmarks.ddi.tasks import Mode, canonical_label, match_label
+from medeval_core.benchmarks.ddi.tasks import Mode, canonical_label, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, make_ddi_judge, record_attempts
 from medeval_core.records import CaseOutcome, CaseResult, CaseStatus, RunConfig
 from medeval_core.runs import current_run_id
@@ -283,13 +283,11 @@ def _judge_plan(params: DdiParams, settings: Settings) -> BenchmarkPlan:
         context = {"reference": case.reference, "skin_tone": case.skin_tone, "malignant": case.malignant}
         if judge is None:
             assert labels is not None
-            match = match_label(response, labels)
-            reference_label = canonical_label(case.reference, labels)
-            correct = match.label is not None and match.label == reference_label
+            score = score_label(response, case.reference, labels)
             return CaseOutcome(
-                output={**context, "reference_label": reference_label, "predicted_label": match.label,
-                        "match": match.model_dump()},
-                metrics={"correct": correct},
+                output={**context, "reference_label": score.reference_label, "predicted_label": score.match.label,
+                        "match": score.match.model_dump()},
+                metrics={"correct": score.correct},
             )
         verdict = judge.judge(
             DdiJudgeItem(case_id=case.case_id, reference=case.reference, response=response),

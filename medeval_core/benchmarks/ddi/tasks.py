@@ -98,3 +98,18 @@ def canonical_label(reference: str, labels: Sequence[str]) -> str | None:
     """The vocabulary label a reference names (ignoring case and punctuation), or ``None`` when it is not one."""
     wanted = _normalise(reference)
     return next((label for label in labels if _normalise(label) == wanted), None)
+
+
+class LabelScore(BaseModel):
+    match: LabelMatch
+    reference_label: str | None
+    correct: bool
+
+
+def score_label(answer: str, reference: str, labels: Sequence[str]) -> LabelScore:
+    """Scoring in the label space: correct only when the answer selects exactly one label, spelt exactly, and it
+    is the label the reference names."""
+    match = match_label(answer, labels)
+    reference_label = canonical_label(reference, labels)
+    return LabelScore(match=match, reference_label=reference_label,
+                      correct=match.label is not None and match.label == reference_label)
