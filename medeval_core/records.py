@@ -27,6 +27,15 @@ class CaseStatus(StrEnum):
     FAILED = "failed"
 
 
+class RunKind(StrEnum):
+    BATCH = "batch"
+    """Cases run by the batch runner; resumable and cancellable."""
+    SESSION = "session"
+    """One case driven step by step from a page (a walkthrough, a lesion evaluation); never resumed by a runner."""
+    SCORE = "score"
+    """A scorer applied to a stored run's outputs (``source_run_id``)."""
+
+
 class Case(BaseModel):
     """The minimum every benchmark case has; benchmarks subclass it with their own fields."""
 
@@ -40,6 +49,7 @@ class CaseOutcome(BaseModel):
 
     output: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    scores: dict[str, Any] = Field(default_factory=dict)
 
 
 class CaseResult(BaseModel):
@@ -49,9 +59,21 @@ class CaseResult(BaseModel):
     status: CaseStatus
     output: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    scores: dict[str, Any] = Field(default_factory=dict)
+    """Each metric's full score (value, explanation, provenance: judge, model, prompt version)."""
     error: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == CaseStatus.OK
+
+
+class InputFile(BaseModel):
+    path: str
+    sha256: str
+    bytes: int
 
 
 class RunConfig(BaseModel):
@@ -64,6 +86,13 @@ class RunConfig(BaseModel):
     settings_hash: str = ""
     versions: dict[str, Any] = Field(default_factory=dict)
     repetitions: int = Field(default=1, ge=1)
+    kind: RunKind = RunKind.BATCH
+    source_run_id: str | None = None
+    """For a score run: the run whose outputs it scores."""
+    session_case_id: str | None = None
+    """For a session: its one case."""
+    inputs: dict[str, InputFile] = Field(default_factory=dict)
+    """Input files by name, with their sha256 at launch: a resume refuses to continue when one has changed."""
 
 
 class Turn(BaseModel):
@@ -75,6 +104,24 @@ class Turn(BaseModel):
     action: str
     payload: dict[str, Any] = Field(default_factory=dict)
     cost: float = 0.0
+
+
+class ModelCall(BaseModel):
+    """One request to a model (tested model, judge, simulated patient, agent): enough to audit cost and retries
+    without storing the messages themselves (their sha256 identifies them)."""
+
+    run_id: str | None = None
+    case_id: str = ""
+    repetition: int = 0
+    role: str
+    model: str
+    messages_sha256: str
+    latency_s: float
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    attempt: int = 1
+    ok: bool = True
+    error: str | None = None
 
 
 class Judgement(BaseModel):
@@ -91,6 +138,19 @@ class Judgement(BaseModel):
     latency_s: float | None = None
     http_status: int | None = None
     error: str | None = None
+
+
+class CaseRecords(BaseModel):
+    """One finished case with everything recorded while it ran: written to the store in one transaction."""
+
+    result: CaseResult
+    turns: list[Turn] = Field(default_factory=list)
+    judgements: list[Judgement] = Field(default_factory=list)
+    model_calls: list[ModelCall] = Field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.result.case_id, self.result.repetition
 
 
 class Annotation(BaseModel):

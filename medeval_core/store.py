@@ -16,15 +16,18 @@ from typing import Any
 
 from sqlalchemy import JSON, Column, UniqueConstraint, event, func
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from medeval_core.records import (
     Annotation,
+    CaseRecords,
     CaseResult,
     CaseStatus,
     Judgement,
+    ModelCall,
     RunConfig,
+    RunKind,
     RunStatus,
     Turn,
     utc_now,
@@ -45,6 +48,8 @@ class RunRow(SQLModel, table=True):
     id: str = Field(primary_key=True)
     benchmark: str = Field(index=True)
     label: str = ""
+    kind: str = Field(default=RunKind.BATCH, index=True)
+    source_run_id: str | None = Field(default=None, index=True)
     status: str = Field(default=RunStatus.PENDING, index=True)
     config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     settings_hash: str = ""
@@ -68,6 +73,7 @@ class CaseResultRow(SQLModel, table=True):
     status: str
     output: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    scores: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     error: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -106,6 +112,25 @@ class JudgementRow(SQLModel, table=True):
     verdict: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     latency_s: float | None = None
     http_status: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+
+
+class ModelCallRow(SQLModel, table=True):
+    __tablename__ = "model_calls"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str | None = Field(default=None, foreign_key="runs.id", index=True)
+    case_id: str = ""
+    repetition: int = 0
+    role: str
+    model: str
+    messages_sha256: str
+    latency_s: float
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    attempt: int = 1
+    ok: bool = True
     error: str | None = None
     created_at: datetime = Field(default_factory=utc_now)
 
@@ -171,6 +196,8 @@ class Store:
             id=run_id or new_run_id(config.benchmark),
             benchmark=config.benchmark,
             label=config.label,
+            kind=config.kind,
+            source_run_id=config.source_run_id,
             config=config.model_dump(mode="json"),
             settings_hash=config.settings_hash,
             versions=config.versions,
@@ -256,12 +283,82 @@ class Store:
             session.refresh(row)
         return row
 
+    def save_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
+        """Write finished cases (result, turns, judgements, model calls) in one transaction: the runner's group
+        commit. Returns, per case, whether it was written; a case already finished (by another worker or an
+        earlier attempt) keeps its stored result and records, and a failed one is replaced with its records.
+        """
+        if not batch:
+            return []
+        for attempt in range(1, 6):
+            try:
+                return self._write_case_records(batch)
+            except (IntegrityError, OperationalError) as exc:
+                # A concurrent writer stored one of these cases (unique key) or held the lock past the busy
+                # timeout: the next attempt re-reads what is stored and writes only what is still missing.
+                if attempt == 5:
+                    raise StoreError(f"Could not store {len(batch)} case results: {exc.orig}") from exc
+        raise AssertionError("unreachable")
+
+    def _write_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
+        run_ids = {item.result.run_id for item in batch}
+        results_table = CaseResultRow.__table__
+        with self._write_lock, self.engine.begin() as connection:
+            stored: dict[tuple[str, str, int], str] = {}
+            for run_id in run_ids:
+                case_ids = sorted({item.result.case_id for item in batch if item.result.run_id == run_id})
+                for start in range(0, len(case_ids), 900):
+                    rows = connection.execute(
+                        select(results_table.c.case_id, results_table.c.repetition, results_table.c.status).where(
+                            results_table.c.run_id == run_id,
+                            results_table.c.case_id.in_(case_ids[start:start + 900]),
+                        )
+                    )
+                    stored.update({(run_id, case_id, rep): status for case_id, rep, status in rows})
+            written: list[bool] = []
+            replace: list[tuple[str, str, int]] = []
+            keep: list[CaseRecords] = []
+            seen: set[tuple[str, str, int]] = set()
+            for item in batch:
+                key = (item.result.run_id, item.result.case_id, item.result.repetition)
+                previous = stored.get(key)
+                if previous == CaseStatus.OK or key in seen:
+                    written.append(False)
+                    continue
+                seen.add(key)
+                if previous is not None:
+                    replace.append(key)
+                keep.append(item)
+                written.append(True)
+            for run_id, case_id, repetition in replace:
+                for table in (results_table, TurnRow.__table__):
+                    connection.execute(table.delete().where(
+                        table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition))
+            if keep:
+                connection.execute(results_table.insert(), [item.result.model_dump() for item in keep])
+                for table, records in (
+                    (TurnRow.__table__, [t for item in keep for t in item.turns]),
+                    (JudgementRow.__table__, [j for item in keep for j in item.judgements]),
+                    (ModelCallRow.__table__, [c for item in keep for c in item.model_calls]),
+                ):
+                    if records:
+                        now = utc_now()
+                        connection.execute(table.insert(), [{"created_at": now, **r.model_dump()} for r in records])
+        return written
+
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
         statement = select(CaseResultRow).where(CaseResultRow.run_id == run_id).order_by(CaseResultRow.id)
         if status is not None:
             statement = statement.where(CaseResultRow.status == status)
         with self.session() as session:
             return [row.to_record() for row in session.exec(statement)]
+
+    def result(self, run_id: str, case_id: str, repetition: int = 0) -> CaseResult | None:
+        statement = select(CaseResultRow).where(CaseResultRow.run_id == run_id, CaseResultRow.case_id == case_id,
+                                                CaseResultRow.repetition == repetition)
+        with self.session() as session:
+            row = session.exec(statement).first()
+        return row.to_record() if row is not None else None
 
     def finished_keys(self, run_id: str) -> set[tuple[str, int]]:
         statement = select(CaseResultRow.case_id, CaseResultRow.repetition).where(
@@ -313,6 +410,18 @@ class Store:
         with self.session() as session:
             return [Judgement.model_validate(row, from_attributes=True) for row in session.exec(statement)]
 
+    def add_model_calls(self, calls: Sequence[ModelCall]) -> None:
+        with self._write_lock, self.session() as session:
+            session.add_all(ModelCallRow(**call.model_dump()) for call in calls)
+            session.commit()
+
+    def model_calls(self, run_id: str, case_id: str | None = None) -> list[ModelCall]:
+        statement = select(ModelCallRow).where(ModelCallRow.run_id == run_id).order_by(ModelCallRow.id)
+        if case_id is not None:
+            statement = statement.where(ModelCallRow.case_id == case_id)
+        with self.session() as session:
+            return [ModelCall.model_validate(row, from_attributes=True) for row in session.exec(statement)]
+
     def add_annotation(self, annotation: Annotation) -> AnnotationRow:
         row = AnnotationRow(**annotation.model_dump())
         with self._write_lock, self.session() as session:
@@ -331,7 +440,7 @@ class Store:
     def counts(self) -> dict[str, int]:
         """Row counts per table, for the sidebar's store status."""
         tables = {"runs": RunRow, "case_results": CaseResultRow, "judgements": JudgementRow,
-                  "annotations": AnnotationRow}
+                  "model_calls": ModelCallRow, "annotations": AnnotationRow}
         with self.session() as session:
             return {name: session.exec(select(func.count()).select_from(table)).one() for name, table in tables.items()}
 

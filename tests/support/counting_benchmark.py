@@ -1,52 +1,126 @@
-"""A runner workload for tests: N cases, each sleeping a little and scoring its own index.
+"""A toy benchmark that plugs in through its spec alone (``MEDEVAL_BENCHMARKS=tests.support.counting_benchmark``):
+N cases, each sleeping a little and scoring its own index; a ``parity`` scorer for score runs.
 
 Run as a script it starts or resumes a run, so a test can SIGKILL the process mid-run:
-    python -m tests.support.counting_benchmark DB_URL RUN_ID N_CASES SLEEP_S
+    python -m tests.support.counting_benchmark DB_URL RUN_ID N_CASES SLEEP_S [WORKERS]
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from medeval_core.records import Case, CaseOutcome, RunConfig
-from medeval_core.runs import BatchRunner
-from medeval_core.store import Store
+from pydantic import BaseModel, Field
+
+from medeval_core.benchmark import (
+    Benchmark,
+    BenchmarkError,
+    CaseContext,
+    Metric,
+    RunCounts,
+    RunParams,
+    RunSummary,
+    Score,
+    Scorer,
+    Solver,
+)
+from medeval_core.records import Case, CaseResult
+from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
+from medeval_core.settings import Settings
+
+SPEC = BenchmarkSpec(
+    name="counting", title="Counting (toy)", description="A toy benchmark for tests: each case scores its index.",
+    factory="tests.support.counting_benchmark:CountingBenchmark",
+    pages=(PageInfo(path="tests/support/counting_page.py", title="Counting", icon=":material/counter_1:",
+                    section="Benchmarks", url_path="counting", description="The toy benchmark's page."),),
+    model_roles=(ModelRole(name="counter", description="counts (toy role)"),),
+)
+
+
+class CountingParams(RunParams):
+    n_cases: int = Field(ge=1, description="how many cases")
+    sleep_s: float = Field(default=0.0, ge=0, description="seconds each case sleeps")
+
+
+class CountingOutput(BaseModel):
+    echo: str
+    index: int
 
 
 def make_cases(n: int) -> list[Case]:
     return [Case(case_id=f"case-{i:04d}") for i in range(n)]
 
 
-def sleeping_scorer(sleep_s: float):
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
-        time.sleep(sleep_s)
-        index = int(case.case_id.split("-")[1])
-        return CaseOutcome(output={"echo": case.case_id}, metrics={"index": index, "repetition": repetition})
+class _Sleeper:
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
 
-    return run_case
+    def __call__(self, case: Case, ctx: CaseContext) -> CountingOutput:
+        time.sleep(self.sleep_s)
+        ctx.record_turn("counter", "count", {"case": case.case_id})
+        return CountingOutput(echo=case.case_id, index=int(case.case_id.split("-")[1]))
 
 
-def main(db_url: str, run_id: str, n_cases: int, sleep_s: float) -> None:
+class _IndexScorer:
+    name = "index"
+
+    def __call__(self, case: Case, output: CountingOutput, ctx: CaseContext) -> dict[str, Score]:
+        return {"index": Score(value=float(output.index)), "repetition": Score(value=float(ctx.repetition))}
+
+
+class _ParityScorer:
+    name = "parity"
+
+    def __init__(self, modulus: int) -> None:
+        self.modulus = modulus
+
+    def __call__(self, case: Case, output: CountingOutput, ctx: CaseContext) -> dict[str, Score]:
+        return {"even": Score(value=output.index % self.modulus == 0, provenance={"scorer": "parity"})}
+
+
+class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
+    name = "counting"
+    Params = CountingParams
+    Output = CountingOutput
+
+    def cases(self, params: CountingParams, settings: Settings) -> Sequence[Case]:
+        return make_cases(params.n_cases)
+
+    def solver(self, params: CountingParams, settings: Settings, todo: Sequence[Case]) -> Solver[Case, CountingOutput]:
+        return _Sleeper(params.sleep_s)
+
+    def scorers(self, params: CountingParams, settings: Settings) -> Sequence[Scorer[Case, CountingOutput]]:
+        return (_IndexScorer(),)
+
+    def scorer(self, name: str, options: Mapping[str, Any], settings: Settings) -> Scorer[Case, CountingOutput]:
+        if name != "parity":
+            raise BenchmarkError(f"The counting benchmark has no scorer called {name!r}; it has parity.")
+        return _ParityScorer(int(options.get("modulus", 2)))
+
+    def summarize(self, params: CountingParams, cases: Sequence[Case],
+                  results: Sequence[CaseResult]) -> RunSummary:
+        counts = RunCounts.of(len(cases) * params.repetitions, results)
+        scored = [r for r in results if r.ok]
+        headline = [Metric(name="scored", value=float(len(scored)), n=counts.expected, denominator="expected cases")]
+        if scored and "even" in scored[0].metrics:
+            even = sum(bool(r.metrics["even"]) for r in scored)
+            headline.append(Metric(name="even", value=even / len(scored), n=len(scored), denominator="scored cases"))
+        return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=headline)
+
+
+def main(db_url: str, run_id: str, n_cases: int, sleep_s: float, workers: int = 2) -> None:
+    from medeval_core import service
+    from medeval_core.settings import load_settings
+    from medeval_core.store import Store
+
+    os.environ.setdefault("MEDEVAL_BENCHMARKS", __name__.replace("__main__", "tests.support.counting_benchmark"))
     store = Store(db_url)
-    runner = BatchRunner(store, workers=2)
-    cases = make_cases(n_cases)
-    if store.find_run(run_id) is None:
-        runner.start(RunConfig(benchmark="counting"), cases, sleeping_scorer(sleep_s), run_id=run_id)
-    else:
-        runner.resume(run_id, cases, sleeping_scorer(sleep_s))
-
-
-def build_plan(config, settings):
-    """Registry factory: lets ``resume RUN_ID`` and the runs page continue a counting run."""
-    from medeval_core.benchmarks import BenchmarkPlan
-
-    return BenchmarkPlan(
-        cases=make_cases(config.params["n_cases"]),
-        run_case=sleeping_scorer(config.params.get("sleep_s", 0.0)),
-        summarize=lambda results: {"scored": len(results)},
-    )
+    params = CountingParams(n_cases=n_cases, sleep_s=sleep_s, workers=workers)
+    service.launch("counting", params, load_settings(), store, run_id=run_id)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), *(int(a) for a in sys.argv[5:6]))

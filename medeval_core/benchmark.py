@@ -1,0 +1,204 @@
+"""The four interfaces every benchmark implements (design.md §2, second version), and the run context.
+
+A benchmark is generic over its parameter model ``P`` (pydantic, stored whole with the run), its case type ``C``
+and its per-case output ``O`` (a pydantic model stored as the case result's output):
+
+- ``Benchmark[P, C, O]``: ``cases(params, settings)``, ``solver(params, settings, todo)``,
+  ``scorers(params, settings)``,
+  ``summarize(params, cases, results)``; ``scorer(name, options, settings)`` for score runs over stored outputs.
+- ``Solver[C, O]``: ``(case, ctx) -> output`` (one generation, or a whole episode).
+- ``Scorer[C, O]``: ``name`` and ``(case, output, ctx) -> {metric name: Score}``.
+- ``RunSummary``: counts, headline metrics with interval, n and the denominator named, groups, reference rows,
+  extras.
+
+Case code never opens the store: it records what happened through the ``CaseContext`` it is handed, and the
+runner (or a session) persists those records with the case result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from medeval_core.records import Case, CaseResult, Judgement, ModelCall, Turn
+from medeval_core.settings import Settings
+
+P = TypeVar("P", bound=BaseModel)
+C = TypeVar("C", bound=Case)
+O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the conventional name of a solver's output type
+C_contra = TypeVar("C_contra", bound=Case, contravariant=True)
+O_co = TypeVar("O_co", bound=BaseModel, covariant=True)
+O_contra = TypeVar("O_contra", bound=BaseModel, contravariant=True)
+
+
+class BenchmarkError(ValueError):
+    """A run cannot be built from its parameters (cases missing, inputs changed); the message says what to fix."""
+
+
+class Score(BaseModel):
+    """One named score of one case, with where it came from (judge, model, prompt version, or rule)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: float | bool | None
+    explanation: str | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunParams(BaseModel):
+    """Fields every benchmark's ``Params`` has: how many cases run at once, and how often each one runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workers: int = Field(default=1, ge=1, le=512, description="cases run at once")
+    repetitions: int = Field(default=1, ge=1, le=100, description="times each case is run")
+
+
+class CaseContext(ABC):
+    """What a solver or scorer gets with each case: which run, which repetition, settings, models by role, and
+    where to record dialogue turns, judge attempts and model calls."""
+
+    run_id: str
+    case_id: str
+    repetition: int
+    settings: Settings
+
+    @abstractmethod
+    def record_turn(self, actor: str, action: str, payload: Mapping[str, Any] | None = None,
+                    cost: float = 0.0) -> Turn: ...
+
+    @abstractmethod
+    def record_judgement(self, judgement: Judgement) -> None: ...
+
+    @abstractmethod
+    def record_model_call(self, call: ModelCall) -> None: ...
+
+    @abstractmethod
+    def model(self, role: str) -> Any:
+        """The backend bound to ``role`` for this run (``vlm``, ``judge``, ``chat``, ...)."""
+
+
+class Solver(Protocol[C_contra, O_co]):
+    def __call__(self, case: C_contra, ctx: CaseContext, /) -> O_co: ...
+
+
+class Scorer(Protocol[C_contra, O_contra]):
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, case: C_contra, output: O_contra, ctx: CaseContext, /) -> dict[str, Score]: ...
+
+
+class Metric(BaseModel):
+    """A headline figure: its value, 95 % interval, n, and which denominator n is."""
+
+    name: str
+    value: float | None
+    interval: tuple[float, float] | None = None
+    n: int
+    denominator: str
+    method: str = ""
+
+
+class MetricGroup(BaseModel):
+    """The headline metrics within one subgroup (a skin-tone band, a pathology, a split)."""
+
+    dimension: str
+    label: str
+    metrics: list[Metric]
+
+
+class ReferenceRow(BaseModel):
+    """A published figure to read a run against, with its source."""
+
+    label: str
+    source: str
+    values: dict[str, float]
+
+
+class RunCounts(BaseModel):
+    expected: int
+    done: int
+    failed: int
+    pending: int
+
+    @classmethod
+    def of(cls, expected: int, results: Sequence[CaseResult]) -> RunCounts:
+        done = sum(r.ok for r in results)
+        failed = len(results) - done
+        return cls(expected=expected, done=done, failed=failed, pending=max(expected - done - failed, 0))
+
+
+class RunSummary(BaseModel):
+    """Every benchmark's run summary; the runs page and the CLI printer render any of them the same way."""
+
+    benchmark: str
+    title: str = ""
+    counts: RunCounts
+    headline: list[Metric] = Field(default_factory=list)
+    groups: list[MetricGroup] = Field(default_factory=list)
+    reference: list[ReferenceRow] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    extras: dict[str, Any] = Field(default_factory=dict)
+
+    def metric(self, name: str) -> Metric | None:
+        return next((m for m in self.headline if m.name == name), None)
+
+
+class ScoredCase(BaseModel, Generic[O]):
+    """A stored case result with its output parsed back into the benchmark's output type."""
+
+    result: CaseResult
+    output: O | None
+
+
+class Benchmark(ABC, Generic[P, C, O]):
+    """One benchmark. Subclasses set ``name``, ``Params`` and ``Output`` and implement the four methods."""
+
+    name: ClassVar[str]
+    Params: type[P]
+    Output: type[O]
+
+    @abstractmethod
+    def cases(self, params: P, settings: Settings) -> Sequence[C]: ...
+
+    @abstractmethod
+    def solver(self, params: P, settings: Settings, todo: Sequence[C]) -> Solver[C, O]:
+        """The solver for this run; ``todo`` lists the cases still to run in order (a batching solver groups
+        them in fixed batches, so batch composition never depends on thread timing)."""
+
+    def scorers(self, params: P, settings: Settings) -> Sequence[Scorer[C, O]]:
+        """Scorers applied in the same pass as the solver (score runs apply others later)."""
+        return ()
+
+    def scorer(self, name: str, options: Mapping[str, Any], settings: Settings) -> Scorer[C, O]:
+        """A named scorer for a score run over a stored run's outputs."""
+        raise BenchmarkError(f"The {self.name} benchmark has no scorer called {name!r}.")
+
+    @abstractmethod
+    def summarize(self, params: P, cases: Sequence[C], results: Sequence[CaseResult]) -> RunSummary: ...
+
+    def input_files(self, params: P) -> dict[str, str]:
+        """Input files (name -> path) whose sha256 is stored with the run; a resume refuses when one changed."""
+        return {}
+
+    def models(self, params: P, settings: Settings) -> dict[str, Callable[[], Any]]:
+        """Role -> a factory for the backend the run uses for it (built lazily, on first ``ctx.model(role)``)."""
+        return {}
+
+    def parse_params(self, raw: Mapping[str, Any]) -> P:
+        return self.Params.model_validate(raw)
+
+    def parse_output(self, raw: Mapping[str, Any]) -> O:
+        return self.Output.model_validate(raw)
+
+
+def messages_sha256(messages: Any) -> str:
+    """The hash recorded with a model call: the exact messages sent, canonical JSON (images as their data)."""
+    canonical = json.dumps(messages, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -1,0 +1,118 @@
+"""Benchmarks by discovery: every package under ``medeval_core/benchmarks/`` whose ``__init__`` defines ``SPEC``.
+
+A spec is light (names, titles, where the factory lives): the CLI, the page catalogue, the sidebar's model roles
+and the data status read specs, and a benchmark's heavy modules (torch, data) are imported only when it is used.
+Outside packages plug in the same way through ``MEDEVAL_BENCHMARKS`` (comma-separated module names that define
+``SPEC``), so an ML team adds its benchmark without editing medeval.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from medeval_core.benchmark import Benchmark, BenchmarkError
+
+
+class PageInfo(BaseModel):
+    """One page of the app: ``path`` is relative to the repository root."""
+
+    path: str
+    title: str
+    icon: str
+    section: str
+    description: str
+    url_path: str
+
+
+class ModelRole(BaseModel):
+    """A model role a benchmark uses (``vlm``, ``judge``, ``chat``...), shown in the sidebar."""
+
+    name: str
+    description: str
+
+
+class BenchmarkSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    title: str
+    description: str
+    factory: str = Field(description="'module:Class' of the Benchmark subclass")
+    cli: str | None = Field(default=None, description="'module:object' with the benchmark's own CLI options")
+    pages: tuple[PageInfo, ...] = ()
+    model_roles: tuple[ModelRole, ...] = ()
+    judges: tuple[str, ...] = ()
+    data_sources: tuple[str, ...] = ()
+
+
+EXTRA_MODULES_ENV = "MEDEVAL_BENCHMARKS"
+
+
+def _load_object(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+@cache
+def _specs(extra: str) -> dict[str, BenchmarkSpec]:
+    import medeval_core.benchmarks as package
+
+    modules = [f"{package.__name__}.{info.name}" for info in pkgutil.iter_modules(package.__path__) if info.ispkg]
+    modules += [name.strip() for name in extra.split(",") if name.strip()]
+    found: dict[str, BenchmarkSpec] = {}
+    for module_name in modules:
+        spec = getattr(importlib.import_module(module_name), "SPEC", None)
+        if not isinstance(spec, BenchmarkSpec):
+            continue
+        if spec.name in found:
+            raise BenchmarkError(f"Two benchmarks are called {spec.name!r} ({module_name} and another); rename one.")
+        found[spec.name] = spec
+    return found
+
+
+def specs() -> dict[str, BenchmarkSpec]:
+    """Every benchmark spec, by name (the packages' own plus those named in ``MEDEVAL_BENCHMARKS``)."""
+    return _specs(os.environ.get(EXTRA_MODULES_ENV, ""))
+
+
+def spec(name: str) -> BenchmarkSpec:
+    try:
+        return specs()[name]
+    except KeyError:
+        known = ", ".join(sorted(specs())) or "none"
+        raise BenchmarkError(f"No benchmark called {name!r} is available (known: {known}).") from None
+
+
+@cache
+def _benchmark(factory: str) -> Benchmark[Any, Any, Any]:
+    benchmark_class = _load_object(factory)
+    return benchmark_class()  # type: ignore[no-any-return]
+
+
+def benchmark(name: str) -> Benchmark[Any, Any, Any]:
+    """The benchmark called ``name``; its module is imported on first use."""
+    return _benchmark(spec(name).factory)
+
+
+def cli_extension(name: str) -> Any | None:
+    target = spec(name).cli
+    return _load_object(target) if target else None
+
+
+def pages() -> list[PageInfo]:
+    return [page for item in specs().values() for page in item.pages]
+
+
+def model_roles() -> dict[str, list[str]]:
+    """Role name -> the benchmarks that use it."""
+    roles: dict[str, list[str]] = {}
+    for item in specs().values():
+        for role in item.model_roles:
+            roles.setdefault(role.name, []).append(item.name)
+    return roles
