@@ -1,7 +1,9 @@
-"""``python -m medeval_core``: the headless entry point for batch runs, scoring, data and reported-result checks.
+"""``python -m medeval_core``: the headless entry point for batch runs, score runs, data and reported-result checks.
 
-Each area adds its own subcommands through a ``register(groups)`` function listed in ``COMMAND_MODULES``, so this
-file stays a thin dispatcher. Handlers return the process exit code.
+Generic verbs live here and in ``medeval_core.commands``; ``run NAME`` exists for every benchmark the registry
+finds, with the options of that benchmark's ``cli`` extension (or options generated from its ``Params``). Every
+run ends with the one ``RunSummary`` printer. Only light modules are imported to build the parser, so
+``--help`` stays fast; a benchmark's heavy modules are imported when its command runs.
 """
 
 from __future__ import annotations
@@ -12,18 +14,24 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
-from medeval_core.benchmarks import PlanError
+from pydantic import BaseModel
+
+from medeval_core import registry
+from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.settings import SettingsError
 from medeval_core.store import StoreError
+
+if TYPE_CHECKING:
+    from medeval_core.runner import Progress, ProgressCallback, RunReport
+    from medeval_core.settings import Settings
+    from medeval_core.store import Store
 
 COMMAND_MODULES = (
     "medeval_core.commands.reported",
     "medeval_core.commands.runs",
     "medeval_core.commands.data",
-    "medeval_core.commands.ddxplus",
-    "medeval_core.commands.ddi",
 )
 
 
@@ -46,8 +54,170 @@ def print_json(payload: Any) -> None:
     sys.stdout.write("\n")
 
 
+def _pct(value: float | None, percent: bool) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.2f}%" if percent else f"{value:.4f}"
+
+
+def print_summary(summary: RunSummary, report: RunReport | None = None, file: Any = None) -> None:
+    """The one human-readable rendering of any benchmark's ``RunSummary``."""
+    out = file or sys.stdout
+    counts = summary.counts
+    head = f"{report.run_id}: {report.status}; " if report is not None else ""
+    print(f"{head}{summary.title or summary.benchmark}: expected {counts.expected}, done {counts.done}, "
+          f"failed {counts.failed}, pending {counts.pending}", file=out)
+    percent = summary.extras.get("percent_metrics", True)
+    for metric in summary.headline:
+        interval = (f"  95% CI {_pct(metric.interval[0], percent)}-{_pct(metric.interval[1], percent)}"
+                    if metric.interval else "")
+        print(f"  {metric.name:<20} {_pct(metric.value, percent):>10}{interval}  (n={metric.n}, "
+              f"{metric.denominator})", file=out)
+    for group in summary.groups:
+        figures = ", ".join(f"{m.name} {_pct(m.value, percent)} (n={m.n})" for m in group.metrics)
+        print(f"  [{group.dimension}] {group.label}: {figures}", file=out)
+    if summary.reference:
+        print("Reference rows:", file=out)
+        for row in summary.reference:
+            values = "  ".join(f"{key} {value:g}" for key, value in row.values.items())
+            print(f"  {row.label:<28} {values}  ({row.source})", file=out)
+    for note in summary.notes:
+        print(f"note: {note}", file=out)
+
+
+def _field_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
+    """(argparse type, choices) for a simple pydantic field annotation."""
+    if get_origin(annotation) is not None and type(None) in get_args(annotation):
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
+    if str(get_origin(annotation)).endswith("Literal"):
+        return str, get_args(annotation)
+    if annotation in (int, float, str):
+        return annotation, None
+    return str, None
+
+
+COMMON_RUN_OPTIONS = ("run_id", "label", "json", "workers")
+
+
+class BenchmarkCli:
+    """A benchmark's command-line options. The default builds ``run NAME`` options from the ``Params`` fields;
+    a benchmark's ``cli`` module subclasses it for friendlier options or extra commands (``judge``, ``score``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def params_model(self) -> type[BaseModel]:
+        return registry.benchmark(self.name).Params
+
+    def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
+        for field_name, info in self.params_model().model_fields.items():
+            if field_name in COMMON_RUN_OPTIONS:
+                continue
+            flag = f"--{field_name.replace('_', '-')}"
+            if info.annotation is bool:
+                parser.add_argument(flag, action="store_true", help=info.description)
+                continue
+            kind, choices = _field_type(info.annotation)
+            parser.add_argument(flag, type=kind, choices=choices, required=info.is_required(),
+                                help=info.description)
+
+    def run_params(self, args: argparse.Namespace, settings: Settings) -> BaseModel:
+        fields = self.params_model().model_fields
+        values = {name: getattr(args, name) for name in fields if getattr(args, name, None) is not None}
+        return self.params_model().model_validate(values)
+
+    def run(self, args: argparse.Namespace, settings: Settings, store: Store,
+            on_progress: ProgressCallback | None) -> RunReport:
+        from medeval_core import service
+
+        return service.launch(self.name, self.run_params(args, settings), settings, store, run_id=args.run_id,
+                              label=args.label, workers=args.workers, on_progress=on_progress)
+
+    def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
+        return {"run": report.model_dump(mode="json"), "summary": summary.model_dump(mode="json")}
+
+    def print_report(self, report: RunReport, summary: RunSummary) -> None:
+        print(file=sys.stderr)
+        print_summary(summary, report)
+
+    def register(self, groups: CommandGroups) -> None:
+        """Extra commands of this benchmark (``judge NAME``, ``score NAME``); none by default."""
+
+
+def print_progress(progress: Progress) -> None:
+    """One status line on stderr (so --json output on stdout stays clean), redrawn in place on a terminal."""
+    eta = f"{progress.eta_s:.0f}s" if progress.eta_s is not None else "?"
+    line = (f"[{progress.run_id}] done {progress.done}  failed {progress.failed}  pending {progress.pending}  "
+            f"{progress.rate_per_s:.2f}/s  eta {eta}")
+    if sys.stderr.isatty():
+        print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+class ThrottledProgress:
+    """``print_progress`` at most every ``interval_s`` seconds (and always for the last event), so a run of
+    thousands of fast cases does not flood a log."""
+
+    def __init__(self, interval_s: float | None = None) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.interval_s = interval_s if interval_s is not None else (0.5 if sys.stderr.isatty() else 10.0)
+        self._last = float("-inf")
+        self._last_counts: tuple[int, int, int] | None = None
+
+    def __call__(self, progress: Progress) -> None:
+        now = self._clock()
+        counts = (progress.done, progress.failed, progress.pending)
+        if counts == self._last_counts:
+            return
+        if progress.pending == 0 or now - self._last >= self.interval_s:
+            self._last, self._last_counts = now, counts
+            print_progress(progress)
+
+
+def extension(name: str) -> BenchmarkCli:
+    found = registry.cli_extension(name)
+    return found if isinstance(found, BenchmarkCli) else BenchmarkCli(name)
+
+
+def _run_handler(name: str) -> Any:
+    def handle(args: argparse.Namespace) -> int:
+        from medeval_core import service
+        from medeval_core.context import current_settings, current_store
+
+        cli = extension(name)
+        settings, store = current_settings(), current_store()
+        report = cli.run(args, settings, store, None if args.json else ThrottledProgress())
+        summary = service.stored_summary(store, report.run_id) or service.summarize_run(store, report.run_id,
+                                                                                         settings)
+        if args.json:
+            print_json(cli.json_payload(report, summary))
+        else:
+            cli.print_report(report, summary)
+        return 0
+
+    return handle
+
+
+def _add_benchmark_commands(groups: CommandGroups) -> None:
+    for name, item in sorted(registry.specs().items()):
+        parser = groups.run.add_parser(name, help=item.description, description=item.description)
+        cli = extension(name)
+        cli.add_run_arguments(parser)
+        parser.add_argument("--workers", type=int, help="cases run at once (default: the benchmark's own; a resume "
+                                                        "keeps the stored number)")
+        parser.add_argument("--run-id", help="name the run; an existing run with this id continues with its stored "
+                                             "parameters (other parameters are refused)")
+        parser.add_argument("--label", default="", help="free text shown in run lists")
+        parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+        parser.set_defaults(handler=_run_handler(name))
+        cli.register(groups)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m medeval_core", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m medeval_core", description=(__doc__ or "").split("\n")[0])
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups = CommandGroups(
         top=top,
@@ -57,12 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
         judge=top.add_parser("judge", help="judge existing model responses").add_subparsers(
             dest="benchmark", required=True, metavar="BENCHMARK"
         ),
-        score=top.add_parser("score", help="score predictions made elsewhere").add_subparsers(
+        score=top.add_parser("score", help="score a stored run again, or predictions made elsewhere").add_subparsers(
             dest="benchmark", required=True, metavar="BENCHMARK"
         ),
     )
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(groups)
+    _add_benchmark_commands(groups)
     return parser
 
 
@@ -71,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (CommandError, SettingsError, StoreError, PlanError) as exc:
+    except (CommandError, SettingsError, StoreError, BenchmarkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

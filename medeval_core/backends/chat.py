@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from medeval_core.backends.openai_client import CompletionClient
+from medeval_core.backends.openai_client import CallRecorder, CompletionClient
 from medeval_core.settings import BackendChoice
 
 Message = dict[str, str]
@@ -23,8 +23,10 @@ class ChatBackendError(RuntimeError):
 class ChatBackend(Protocol):
     model: str
 
-    def complete(self, messages: Sequence[Message]) -> str:
-        """The assistant's reply to ``messages`` (OpenAI chat format: role + content)."""
+    def complete(self, messages: Sequence[Message], on_call: CallRecorder | None = None,
+                 role: str = "chat") -> str:
+        """The assistant's reply to ``messages`` (OpenAI chat format: role + content); ``on_call`` receives
+        a ``ModelCall`` per attempt."""
 
     def describe(self) -> dict[str, Any]:
         """What a run records about the backend (never the key)."""
@@ -55,10 +57,11 @@ class OpenAIChatBackend:
                                         max_attempts=max_attempts, retry_initial_s=retry_initial_s,
                                         retry_max_s=retry_max_s)
 
-    def complete(self, messages: Sequence[Message]) -> str:
+    def complete(self, messages: Sequence[Message], on_call: CallRecorder | None = None,
+                 role: str = "chat") -> str:
         extra: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
-        return self._client.complete(list(messages), temperature=self.temperature, max_tokens=self.max_tokens,
-                                     **extra)
+        return self._client.complete(list(messages), role=role, on_call=on_call, temperature=self.temperature,
+                                     max_tokens=self.max_tokens, **extra)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "base_url": self.base_url,

@@ -7,12 +7,19 @@ read from the environment variable named ``api_key_env`` when the client is buil
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import openai
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+from medeval_core.benchmark import messages_sha256
+from medeval_core.records import ModelCall
 from medeval_core.settings import api_key
+
+CallRecorder = Callable[[ModelCall], None]
+"""Receives one ``ModelCall`` per attempt (``CaseContext.record_model_call``)."""
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
 
@@ -40,8 +47,36 @@ class CompletionClient:
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key(api_key_env) or "unused",
                                      timeout=timeout_s, max_retries=0)
 
-    def complete(self, messages: list[dict[str, Any]], **parameters: Any) -> str:
-        """The first choice's text; raises ``self.error`` with what to fix when the endpoint cannot answer."""
+    def complete(self, messages: list[dict[str, Any]], *, role: str = "", on_call: CallRecorder | None = None,
+                 **parameters: Any) -> str:
+        """The first choice's text; raises ``self.error`` with what to fix when the endpoint cannot answer.
+
+        With ``on_call``, every attempt (failed ones too) is reported as a ``ModelCall`` for ``role``: latency,
+        token usage and the sha256 of the exact messages sent.
+        """
+        digest = messages_sha256(messages) if on_call is not None else ""
+        attempts = 0
+
+        def create(**request: Any) -> Any:
+            nonlocal attempts
+            attempts += 1
+            started = time.monotonic()
+            try:
+                response = self._client.chat.completions.create(**request)
+            except Exception as exc:
+                if on_call is not None:
+                    on_call(ModelCall(role=role, model=self.model, messages_sha256=digest, attempt=attempts,
+                                      latency_s=time.monotonic() - started, ok=False,
+                                      error=f"{type(exc).__name__}: {getattr(exc, 'status_code', '')}".strip()))
+                raise
+            if on_call is not None:
+                usage = getattr(response, "usage", None)
+                on_call(ModelCall(role=role, model=self.model, messages_sha256=digest, attempt=attempts,
+                                  latency_s=time.monotonic() - started,
+                                  prompt_tokens=getattr(usage, "prompt_tokens", None),
+                                  completion_tokens=getattr(usage, "completion_tokens", None)))
+            return response
+
         retrying = Retrying(
             stop=stop_after_attempt(self.max_attempts),
             wait=wait_exponential_jitter(multiplier=self.retry_initial_s, max=self.retry_max_s,
@@ -50,8 +85,7 @@ class CompletionClient:
             reraise=True,
         )
         try:
-            response = retrying(self._client.chat.completions.create, model=self.model, messages=messages,
-                                **parameters)
+            response = retrying(create, model=self.model, messages=messages, **parameters)
         except openai.AuthenticationError as exc:
             raise self.error(
                 f"The endpoint {self.base_url} refused the API key; set {self.api_key_env} to a valid key."
