@@ -1,5 +1,5 @@
 """medeval: navigation and the global status sidebar. Pages live in views/ and are listed in
-medeval_core/catalog.py (PAGES); every action they take is one call into medeval_core.
+medeval_core/catalog.py (the core pages plus each benchmark spec's pages); every action they take is one call into medeval_core.
 
 The folder is not called pages/: Streamlit treats a pages/ folder beside the entry point as a legacy multipage
 app until st.navigation has run once, so a cold deep link (e.g. /runs) would open the page without this shell.
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from medeval_core.catalog import PAGES
+from medeval_core.catalog import pages
 from medeval_core.context import current_settings
 from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
@@ -18,7 +18,7 @@ st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", lay
 st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
 
 sections: dict[str, list] = {}
-for info in PAGES:
+for info in pages():
     sections.setdefault(info.section, []).append(
         st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path, default=info.url_path == "home")
     )

@@ -1,19 +1,11 @@
-"""The workbench's pages: one entry per page file. ``app.py`` builds the navigation from it and the home page
-describes each entry, so adding a page is one line here."""
+"""The workbench's pages: the core pages (home, runs) and every page a benchmark's spec declares. ``app.py``
+builds the navigation from ``pages()`` and the home page describes each entry, so a benchmark's pages appear by
+adding its package, with no edit here."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
-
-class PageInfo(BaseModel):
-    path: str
-    title: str
-    icon: str
-    section: str
-    description: str
-    url_path: str
-
+from medeval_core import registry
+from medeval_core.registry import PageInfo
 
 HOME = PageInfo(
     path="views/home.py", title="Home", icon=":material/home:", section="medeval", url_path="home",
@@ -26,18 +18,8 @@ RUNS = PageInfo(
                 "on their shared cases with paired tests.",
 )
 
-LESION = PageInfo(
-    path="views/lesion_diagnosis.py", title="Lesion diagnosis", icon=":material/dermatology:", section="Benchmarks",
-    url_path="lesion",
-    description="Upload a skin-lesion image, run the tested vision-language model with the DDI or 23-label prompts, "
-                "and see the final diagnosis and the judge's verdict; or judge a pasted answer from another system.",
-)
+CORE_PAGES: tuple[PageInfo, ...] = (HOME, RUNS)
 
-DDXPLUS = PageInfo(
-    path="views/ddxplus_walkthrough.py", title="DDXPlus walkthrough", icon=":material/forum:", section="Benchmarks",
-    url_path="ddxplus",
-    description="Question a simulated DDXPlus patient, give a ranked differential and see the official metrics, "
-                "the ground truth beside yours and the evidences you missed; ask what the KB-Bayes agent would do.",
-)
 
-PAGES: list[PageInfo] = [HOME, RUNS, LESION, DDXPLUS]
+def pages() -> list[PageInfo]:
+    return [*CORE_PAGES, *registry.pages()]

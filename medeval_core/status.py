@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from medeval_core import registry
 from medeval_core.data import data_status
 from medeval_core.settings import BackendChoice, Settings, api_key
 from medeval_core.store import open_store, redact_url
@@ -18,6 +19,7 @@ class StoreStatus(BaseModel):
 
 class BackendStatus(BaseModel):
     role: str
+    used_by: str = ""
     backend: str
     model: str
     base_url: str | None
@@ -45,10 +47,11 @@ def store_status(settings: Settings) -> StoreStatus:
         return StoreStatus(url=url, reachable=False, error=f"{type(exc).__name__}: {exc}")
 
 
-def backend_status(role: str, choice: BackendChoice) -> BackendStatus:
+def backend_status(role: str, choice: BackendChoice, used_by: list[str] | None = None) -> BackendStatus:
     needs_key = choice.backend == "openai"
     return BackendStatus(
-        role=ROLE_NAMES[role],
+        role=ROLE_NAMES.get(role, role),
+        used_by=", ".join(used_by or []),
         backend=choice.backend,
         # The offline judge is rules, not a model: showing the LLM judge's model name would mislead.
         model=choice.model if choice.backend not in ("none", "offline") else "",
@@ -56,12 +59,21 @@ def backend_status(role: str, choice: BackendChoice) -> BackendStatus:
         configured=choice.configured,
         api_key_env=choice.api_key_env,
         api_key_set=bool(api_key(choice.api_key_env)) if needs_key else False,
-        hint="" if choice.configured and choice.backend != "offline" else ROLE_HINTS[role],
+        hint="" if choice.configured and choice.backend != "offline" else ROLE_HINTS.get(role, ""),
     )
 
 
 def backends_status(settings: Settings) -> list[BackendStatus]:
-    return [backend_status(role, getattr(settings.backends, role)) for role in ("vlm", "judge", "chat")]
+    """The configured roles, then every other role a registered benchmark declares (shown as not configured)."""
+    used_by = registry.model_roles()
+    configured = settings.backends.model_dump()
+    rows = [backend_status(role, getattr(settings.backends, role), used_by.get(role)) for role in configured]
+    for role, benchmarks in used_by.items():
+        if role not in configured:
+            rows.append(BackendStatus(role=role, used_by=", ".join(benchmarks), backend="none", model="",
+                                      base_url=None, configured=False, api_key_env="", api_key_set=False,
+                                      hint=f"Declared by {', '.join(benchmarks)}; no backend is configured for it."))
+    return rows
 
 
 class DataRow(BaseModel):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from medeval_core.catalog import PAGES
+from medeval_core.catalog import pages
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -36,7 +36,7 @@ def test_sidebar_explains_a_broken_store_instead_of_crashing(monkeypatch, tmp_pa
 
 def test_every_catalogued_page_file_exists() -> None:
     root = Path(APP).parent
-    assert all((root / info.path).is_file() for info in PAGES)
+    assert all((root / info.path).is_file() for info in pages())
 
 
 def test_home_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path) -> None:

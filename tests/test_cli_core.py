@@ -63,8 +63,8 @@ def test_runs_list_show_and_export(isolated_store: str, tmp_path: Path, capsys) 
 
 
 def test_throttled_progress_prints_first_and_last_events_once(capsys) -> None:
-    from medeval_core.commands.runs import ThrottledProgress
-    from medeval_core.runs import Progress
+    from medeval_core.cli import ThrottledProgress
+    from medeval_core.runner import Progress
 
     def event(done: int) -> Progress:
         return Progress(run_id="r", total=100, done=done, failed=0, pending=100 - done, elapsed_s=1.0,

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from medeval_core import context
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
-from medeval_core.catalog import PAGES
+from medeval_core.catalog import pages
 from medeval_core.records import RunStatus
 
 PAGE = str(Path(__file__).resolve().parent.parent / "views" / "ddxplus_walkthrough.py")
@@ -37,7 +37,7 @@ def ask(app: AppTest, search: str, code: str) -> None:
 
 
 def test_page_is_catalogued() -> None:
-    assert any(info.path == "views/ddxplus_walkthrough.py" for info in PAGES)
+    assert any(info.path == "views/ddxplus_walkthrough.py" for info in pages())
 
 
 def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:

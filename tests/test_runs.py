@@ -5,13 +5,16 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from medeval_core.benchmark import CaseContext
 from medeval_core.records import Case, CaseOutcome, CaseStatus, RunConfig, RunStatus
-from medeval_core.runs import BatchRunner, Progress
+from medeval_core.runner import BatchRunner, CaseFunction, Progress, RunReport
+from medeval_core.settings import load_settings
 from medeval_core.store import Store
-from tests.support.counting_benchmark import make_cases, sleeping_scorer
+from tests.support.counting_benchmark import make_cases
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,10 +24,29 @@ def store(isolated_store: str) -> Store:
     return Store(isolated_store)
 
 
+def runner(store: Store, workers: int = 1, **options: Any) -> BatchRunner:
+    return BatchRunner(store, load_settings(), workers=workers, **options)
+
+
+def start(batch: BatchRunner, cases: list[Case], run_case: CaseFunction, run_id: str = "r",
+          repetitions: int = 1) -> RunReport:
+    batch.store.create_run(RunConfig(benchmark="t", repetitions=repetitions), run_id=run_id,
+                           expected_cases=len(cases) * repetitions)
+    return batch.execute(run_id, cases, run_case, repetitions)
+
+
+def sleeping_scorer(sleep_s: float) -> CaseFunction:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
+        time.sleep(sleep_s)
+        return CaseOutcome(metrics={"repetition": ctx.repetition})
+
+    return run_case
+
+
 def test_runs_every_case_once_with_n_concurrent_workers(store: Store) -> None:
     active, peak, lock = 0, 0, threading.Lock()
 
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
         nonlocal active, peak
         with lock:
             active += 1
@@ -34,7 +56,7 @@ def test_runs_every_case_once_with_n_concurrent_workers(store: Store) -> None:
             active -= 1
         return CaseOutcome(metrics={"id": case.case_id})
 
-    report = BatchRunner(store, workers=4).start(RunConfig(benchmark="t"), make_cases(20), run_case, run_id="r")
+    report = start(runner(store, 4), make_cases(20), run_case)
     assert report.status == RunStatus.COMPLETED and (report.done, report.failed, report.pending) == (20, 0, 0)
     assert peak == 4
     assert sorted(r.case_id for r in store.results("r")) == [c.case_id for c in make_cases(20)]
@@ -42,12 +64,12 @@ def test_runs_every_case_once_with_n_concurrent_workers(store: Store) -> None:
 
 
 def test_a_raising_case_is_stored_as_failed_with_its_message_never_as_a_score(store: Store) -> None:
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
         if case.case_id == "case-0002":
             raise ValueError("image is truncated")
         return CaseOutcome(metrics={"correct": True})
 
-    report = BatchRunner(store, workers=2).start(RunConfig(benchmark="t"), make_cases(5), run_case, run_id="r")
+    report = start(runner(store, 2), make_cases(5), run_case)
     assert (report.done, report.failed) == (4, 1)
     [failed] = store.results("r", status=CaseStatus.FAILED)
     assert failed.case_id == "case-0002" and failed.metrics == {}
@@ -58,17 +80,17 @@ def test_resume_skips_finished_cases_and_retries_failed_ones(store: Store) -> No
     calls: list[str] = []
     broken = {"case-0001"}
 
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
         calls.append(case.case_id)
         if case.case_id in broken:
             raise RuntimeError("endpoint down")
         return CaseOutcome(metrics={"ok": 1})
 
-    runner = BatchRunner(store, workers=1)
-    runner.start(RunConfig(benchmark="t"), make_cases(4), run_case, run_id="r")
+    batch = runner(store, 1)
+    start(batch, make_cases(4), run_case)
     broken.clear()
     calls.clear()
-    report = runner.resume("r", make_cases(4), run_case)
+    report = batch.execute("r", make_cases(4), run_case, 1)
     assert calls == ["case-0001"]
     assert (report.done, report.failed, report.pending) == (4, 0, 0)
     assert len(store.results("r")) == 4
@@ -76,48 +98,48 @@ def test_resume_skips_finished_cases_and_retries_failed_ones(store: Store) -> No
 
 def test_cancel_stops_cleanly_keeping_in_flight_cases_and_resume_finishes(store: Store) -> None:
     progress: list[Progress] = []
-    runner = BatchRunner(store, workers=2, on_progress=progress.append, cancel_poll_seconds=0.05)
+    batch = runner(store, 2, on_progress=progress.append, cancel_poll_seconds=0.05)
 
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
         if case.case_id == "case-0003":
-            runner.cancel()
+            batch.cancel()
         time.sleep(0.02)
         return CaseOutcome(metrics={"ok": 1})
 
-    report = runner.start(RunConfig(benchmark="t"), make_cases(30), run_case, run_id="r")
+    report = start(batch, make_cases(30), run_case)
     assert report.status == RunStatus.CANCELLED
     assert 4 <= report.done < 30 and report.pending == 30 - report.done
     assert store.get_run("r").status == RunStatus.CANCELLED
     assert len(store.results("r")) == report.done  # every case that ran was saved
 
-    final = BatchRunner(store, workers=2).resume("r", make_cases(30), sleeping_scorer(0))
+    final = runner(store, 2).execute("r", make_cases(30), sleeping_scorer(0), 1)
     assert (final.status, final.done) == (RunStatus.COMPLETED, 30)
 
 
 def test_cancel_requested_through_the_store_from_another_process(store: Store) -> None:
-    runner = BatchRunner(store, workers=1, cancel_poll_seconds=0.01)
+    batch = runner(store, 1, cancel_poll_seconds=0.01)
 
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
         if case.case_id == "case-0002":
             Store(store.url).request_cancel("r")
+        time.sleep(0.005)  # slower than the poll interval, so the request is seen mid-run
         return CaseOutcome()
 
-    report = runner.start(RunConfig(benchmark="t"), make_cases(50), run_case, run_id="r")
+    report = start(batch, make_cases(50), run_case)
     assert report.status == RunStatus.CANCELLED and report.done < 50
 
 
 def test_progress_events_count_done_failed_pending_rate_and_eta(store: Store) -> None:
     events: list[Progress] = []
 
-    def run_case(case: Case, repetition: int) -> CaseOutcome:
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
         time.sleep(0.01)
         if case.case_id.endswith("3"):
             raise KeyError("missing field")
         return CaseOutcome()
 
-    BatchRunner(store, workers=1, on_progress=events.append).start(
-        RunConfig(benchmark="t"), make_cases(6), run_case, run_id="r"
-    )
+    # Committing each case as it finishes (no grouping window) gives one progress event per case.
+    start(runner(store, 1, on_progress=events.append, commit_interval_s=0.0), make_cases(6), run_case)
     first, last = events[0], events[-1]
     assert (first.done, first.failed, first.pending) == (0, 0, 6)
     assert (last.done, last.failed, last.pending) == (5, 1, 0)
@@ -128,9 +150,7 @@ def test_progress_events_count_done_failed_pending_rate_and_eta(store: Store) ->
 
 
 def test_repetitions_are_separate_results(store: Store) -> None:
-    report = BatchRunner(store, workers=2).start(
-        RunConfig(benchmark="t", repetitions=3), make_cases(2), sleeping_scorer(0), run_id="r"
-    )
+    report = start(runner(store, 2), make_cases(2), sleeping_scorer(0), repetitions=3)
     assert report.done == 6
     assert sorted((r.case_id, r.repetition) for r in store.results("r")) == [
         (f"case-000{i}", rep) for i in range(2) for rep in range(3)

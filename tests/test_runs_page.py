@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import benchmarks, jobs
+from medeval_core import service
 from medeval_core.compare import compare_runs, summarize_metrics
 from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
 from medeval_core.settings import load_settings
@@ -21,7 +21,13 @@ def result(run: str, case: str, correct: bool, score: float) -> CaseResult:
 
 @pytest.fixture
 def counting_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(benchmarks.REGISTRY, "counting", "tests.support.counting_benchmark:build_plan")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "tests.support.counting_benchmark")
+
+
+def counting_config(settings, n_cases: int) -> RunConfig:  # noqa: ANN001 - a Settings
+    from tests.support.counting_benchmark import CountingParams
+
+    return service.new_run_config("counting", settings, CountingParams(n_cases=n_cases))
 
 
 def seed_two_runs(store: Store) -> None:
@@ -58,11 +64,11 @@ def test_paired_comparison_uses_exact_mcnemar_on_shared_cases(isolated_store: st
 def test_resume_by_name_continues_with_the_stored_config(isolated_store: str, counting_registered: None) -> None:
     store = Store(isolated_store)
     settings = load_settings()
-    config = jobs.new_run_config("counting", settings, params={"n_cases": 6})
-    store.create_run(config, run_id="count-1", expected_cases=6)
-    report = jobs.resume("count-1", settings, store)
+    store.create_run(counting_config(settings, 6), run_id="count-1", expected_cases=6)
+    report = service.resume("count-1", settings, store)
     assert (report.status, report.done) == (RunStatus.COMPLETED, 6)
-    assert store.get_run("count-1").summary == {"scored": 6}
+    summary = service.stored_summary(store, "count-1")
+    assert summary is not None and summary.metric("scored").value == 6
     assert store.get_run("count-1").settings_hash == settings.settings_hash()
 
 
@@ -87,8 +93,7 @@ def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store
 
 def test_resume_from_the_page_finishes_the_run(isolated_store: str, counting_registered: None) -> None:
     store = Store(isolated_store)
-    config = jobs.new_run_config("counting", load_settings(), params={"n_cases": 5})
-    store.create_run(config, run_id="count-page", expected_cases=5)
+    store.create_run(counting_config(load_settings(), 5), run_id="count-page", expected_cases=5)
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     [resume] = [b for b in app.button if b.label == "Resume"]
     resume.click().run()
@@ -126,20 +131,24 @@ def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     page.screenshot(path=str(artifacts_dir / "runs.png"), full_page=True)
 
 
-def test_background_resume_builds_the_plan_once(isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.support import counting_benchmark
+def test_session_runs_offer_neither_resume_nor_cancel(isolated_store: str, counting_registered: None) -> None:
+    from medeval_core.sessions import Session
+    from tests.support.counting_benchmark import CountingParams
 
-    builds: list[str] = []
-
-    def counted_build(config, settings):  # noqa: ANN001, ANN202 - registry factory signature
-        builds.append(config.benchmark)
-        return counting_benchmark.build_plan(config, settings)
-
-    monkeypatch.setattr(counting_benchmark, "counted_build", counted_build, raising=False)
-    monkeypatch.setitem(benchmarks.REGISTRY, "counting", "tests.support.counting_benchmark:counted_build")
     store = Store(isolated_store)
-    settings = load_settings()
-    store.create_run(jobs.new_run_config("counting", settings, params={"n_cases": 3}), run_id="bg", expected_cases=3)
-    jobs.resume_in_background("bg", settings, store).join(timeout=30)
-    assert store.get_run("bg").status == RunStatus.COMPLETED
-    assert builds == ["counting"]
+    session = Session.open(store, load_settings(), "counting", CountingParams(n_cases=1), case_id="case-0000")
+    session.context().record_turn("person", "count", {"n": 1})
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception
+    assert not [b for b in app.button if b.label in ("Resume", "Cancel")]
+    assert any("interactive session" in c.value for c in app.caption)
+
+
+def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting_registered: None) -> None:
+    store = Store(isolated_store)
+    service.launch("counting", counting_config(load_settings(), 4).params, load_settings(), store, run_id="cnt")
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception
+    assert "Summary" in [s.value for s in app.subheader]
+    headline = app.table[0].value
+    assert headline.loc["scored", "denominator"] == "expected cases"

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from medeval_core.catalog import PAGES
+from medeval_core.catalog import pages
 from medeval_core.context import current_settings
 from medeval_core.settings import SettingsError, runtime_versions
 from medeval_core.status import backends_status, data_status_rows, store_status
@@ -17,11 +17,11 @@ st.markdown(
 )
 
 st.header("Pages")
-for info in PAGES:
+for info in pages():
     if info.url_path != "home":
         st.page_link(info.path, label=info.title, icon=info.icon)
         st.caption(info.description)
-if len(PAGES) == 1:
+if len(pages()) == 2:
     st.info("The benchmark pages appear here as they are installed. Until then, use the command line: "
             "`python -m medeval_core --help`.")
 

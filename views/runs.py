@@ -3,16 +3,52 @@
 import pandas as pd
 import streamlit as st
 
-from medeval_core import jobs
+from medeval_core import service
+from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.compare import compare_runs, summarize_metrics
 from medeval_core.context import current_settings, current_store
 from medeval_core.plots import metric_intervals
-from medeval_core.benchmarks import PlanError, UnknownBenchmarkError
 from medeval_core.store import StoreError
 
+
+def percent(value: float | None, as_percent: bool) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.2f}%" if as_percent else f"{value:.4f}"
+
+
+def show_summary(summary: RunSummary) -> None:
+    """Any benchmark's RunSummary, one code path: counts, headline metrics, groups, reference rows, notes."""
+    as_percent = summary.extras.get("percent_metrics", True)
+    counts = summary.counts
+    st.caption(f"{summary.title or summary.benchmark}: expected {counts.expected}, done {counts.done}, "
+               f"failed {counts.failed}, pending {counts.pending}")
+    if summary.headline:
+        st.table(pd.DataFrame([
+            {"metric": m.name, "value": percent(m.value, as_percent),
+             "95% interval": (f"{percent(m.interval[0], as_percent)} - {percent(m.interval[1], as_percent)}"
+                              if m.interval else ""),
+             "n": m.n, "denominator": m.denominator}
+            for m in summary.headline
+        ]).set_index("metric"))
+    if summary.groups:
+        with st.expander(f"By subgroup ({len(summary.groups)})"):
+            st.dataframe(pd.DataFrame([
+                {"dimension": g.dimension, "group": g.label, "metric": m.name, "value": m.value, "n": m.n,
+                 "interval": f"{m.interval[0]:.4f} - {m.interval[1]:.4f}" if m.interval else ""}
+                for g in summary.groups for m in g.metrics
+            ]), hide_index=True, width="stretch")
+    if summary.reference:
+        st.markdown("**Published reference rows**")
+        st.dataframe(pd.DataFrame([{"row": r.label, **r.values, "source": r.source} for r in summary.reference]),
+                     hide_index=True, width="stretch")
+    for note in summary.notes:
+        st.info(note)
+
+
 st.title("Batch runs")
-st.caption("Runs started here or with `python -m medeval_core run ...` appear below. Every finished case is saved "
-           "at once, so a run stopped for any reason can be resumed.")
+st.caption("Runs started here or with `python -m medeval_core run ...` appear below. Finished cases are saved as "
+           "they finish, so a run stopped for any reason can be resumed.")
 
 store = current_store()
 runs = store.list_runs()
@@ -22,8 +58,9 @@ if not runs:
     st.stop()
 
 st.dataframe(
-    pd.DataFrame([{"run": r.id, "benchmark": r.benchmark, "label": r.label, "status": r.status,
-                   "cases": r.expected_cases, "created": r.created_at} for r in runs]),
+    pd.DataFrame([{"run": r.id, "benchmark": r.benchmark, "kind": r.kind, "label": r.label, "status": r.status,
+                   "cases": r.expected_cases, "scores run": r.source_run_id or "", "created": r.created_at}
+                  for r in runs]),
     hide_index=True, width="stretch",
 )
 
@@ -33,7 +70,7 @@ selected = st.selectbox("Run", run_ids, key="run_selected")
 
 @st.fragment(run_every="2s")
 def run_panel(run_id: str) -> None:
-    overview = jobs.run_overview(store, run_id)
+    overview = service.run_overview(store, run_id)
     finished = overview.done + overview.failed
     if overview.expected_cases:
         st.progress(min(finished / overview.expected_cases, 1.0),
@@ -41,18 +78,22 @@ def run_panel(run_id: str) -> None:
                          f"{overview.pending} pending of {overview.expected_cases}")
     else:
         st.write(f"{overview.status}: {overview.done} done, {overview.failed} failed")
+    if overview.kind == "session":
+        st.caption("An interactive session from a benchmark page: continue it there.")
+    if overview.source_run_id:
+        st.caption(f"Scores the outputs of run `{overview.source_run_id}`.")
     if overview.error:
         st.error(f"The run stopped with an error: {overview.error}. Fix the cause, then resume it.")
     left, right = st.columns(2)
     if overview.resumable and left.button("Resume", key=f"resume-{run_id}",
                                           help="Finished cases are kept; failed and pending ones run again."):
         try:
-            jobs.resume_in_background(run_id, current_settings(), store)
+            service.resume_in_background(run_id, current_settings(), store)
             st.toast(f"Resuming {run_id}.")
-        except (StoreError, UnknownBenchmarkError, PlanError) as exc:
+        except (StoreError, BenchmarkError) as exc:
             st.error(f"This run cannot be resumed here: {exc}")
-    if overview.active and right.button("Cancel", key=f"cancel-{run_id}",
-                                        help="Stops after the cases in flight; they are saved."):
+    if overview.cancellable and right.button("Cancel", key=f"cancel-{run_id}",
+                                             help="Stops after the cases in flight; they are saved."):
         try:
             store.request_cancel(run_id)
         except StoreError as exc:
@@ -61,16 +102,21 @@ def run_panel(run_id: str) -> None:
 
 run_panel(selected)
 
-overview = jobs.run_overview(store, selected)
+overview = service.run_overview(store, selected)
+summary = service.stored_summary(store, selected)
+if summary is not None:
+    st.subheader("Summary")
+    show_summary(summary)
+elif overview.summary:
+    with st.expander("Summary (stored by an earlier version)"):
+        st.json(overview.summary)
+
 results = store.results(selected)
 summaries = summarize_metrics(results)
 if summaries:
     st.subheader("Per-case metrics (95% intervals)")
     st.table(pd.DataFrame([s.model_dump() for s in summaries]).set_index("metric"))
     st.plotly_chart(metric_intervals({selected: summaries}), width="stretch")
-if overview.summary:
-    with st.expander("Benchmark summary", expanded=not summaries):
-        st.json(overview.summary)
 failed = [r for r in results if r.status == "failed"]
 if failed:
     st.subheader(f"Failed cases ({len(failed)})")
@@ -78,15 +124,23 @@ if failed:
                  hide_index=True, width="stretch")
 with st.expander("Configuration and provenance"):
     st.write(f"Settings hash `{overview.settings_hash}`")
-    st.json({"params": overview.params, "versions": overview.versions})
+    st.json({"params": overview.params, "inputs": overview.inputs, "versions": overview.versions})
 
-frame = jobs.results_frame(results)
+
+def results_csv() -> str:
+    return service.results_frame(store.results(selected)).to_csv(index=False)
+
+
+def results_jsonl() -> str:
+    return service.results_frame(store.results(selected)).to_json(orient="records", lines=True, date_format="iso")
+
+
+# The files are built only when a button is clicked: rebuilding both on every rerun cost seconds per 10k results.
 left, right = st.columns(2)
-left.download_button("Download results (CSV)", frame.to_csv(index=False), file_name=f"{selected}.csv",
-                     mime="text/csv", disabled=frame.empty)
-right.download_button("Download results (JSON Lines)",
-                      frame.to_json(orient="records", lines=True, date_format="iso") if not frame.empty else "",
-                      file_name=f"{selected}.jsonl", mime="application/jsonl", disabled=frame.empty)
+left.download_button("Download results (CSV)", results_csv, file_name=f"{selected}.csv", mime="text/csv",
+                     disabled=not results, on_click="ignore")
+right.download_button("Download results (JSON Lines)", results_jsonl, file_name=f"{selected}.jsonl",
+                      mime="application/jsonl", disabled=not results, on_click="ignore")
 
 st.header("Compare two runs")
 if len(run_ids) < 2:

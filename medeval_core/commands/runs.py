@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+import json
 from pathlib import Path
 
-from medeval_core import jobs
-from medeval_core.cli import CommandGroups, print_json
-from medeval_core.compare import compare_runs
+from medeval_core import service
+from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, print_json, print_summary
 from medeval_core.context import current_settings, current_store
-from medeval_core.runs import Progress
 
 
 def register(groups: CommandGroups) -> None:
@@ -46,39 +43,22 @@ def register(groups: CommandGroups) -> None:
     resume.add_argument("--json", action="store_true")
     resume.set_defaults(handler=_resume)
 
+    rescore = groups.top.add_parser(
+        "rescore", help="apply a scorer to a stored run's outputs, as a score run of its own (a judge, re-costing, "
+                        "a second judge beside the first)")
+    rescore.add_argument("source_run_id", help="the run whose outputs are scored")
+    rescore.add_argument("--scorer", required=True, help="the benchmark's scorer name, e.g. ddi-judge")
+    rescore.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                         help="a scorer option (VALUE is read as JSON when it parses, else as text); repeatable")
+    rescore.add_argument("--workers", type=int, default=1, help="cases scored at once")
+    rescore.add_argument("--run-id", help="name the score run; an existing score run with this id continues")
+    rescore.add_argument("--label", default="")
+    rescore.add_argument("--json", action="store_true")
+    rescore.set_defaults(handler=_rescore)
+
     cancel = groups.top.add_parser("cancel", help="ask a running run to stop after its in-flight cases")
     cancel.add_argument("run_id")
     cancel.set_defaults(handler=_cancel)
-
-
-def print_progress(progress: Progress) -> None:
-    """One status line on stderr (so --json output on stdout stays clean), redrawn in place on a terminal."""
-    eta = f"{progress.eta_s:.0f}s" if progress.eta_s is not None else "?"
-    line = (f"[{progress.run_id}] done {progress.done}  failed {progress.failed}  pending {progress.pending}  "
-            f"{progress.rate_per_s:.2f}/s  eta {eta}")
-    if sys.stderr.isatty():
-        print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
-    else:
-        print(line, file=sys.stderr, flush=True)
-
-
-class ThrottledProgress:
-    """``print_progress`` at most every ``interval_s`` seconds (and always for the first and last event), so a run
-    of thousands of fast cases does not flood a log."""
-
-    def __init__(self, interval_s: float | None = None) -> None:
-        self.interval_s = interval_s if interval_s is not None else (0.5 if sys.stderr.isatty() else 10.0)
-        self._last = float("-inf")
-        self._last_counts: tuple[int, int, int] | None = None
-
-    def __call__(self, progress: Progress) -> None:
-        now = time.monotonic()
-        counts = (progress.done, progress.failed, progress.pending)
-        if counts == self._last_counts:
-            return
-        if progress.pending == 0 or now - self._last >= self.interval_s:
-            self._last, self._last_counts = now, counts
-            print_progress(progress)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -94,17 +74,25 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    overview = jobs.run_overview(current_store(), args.run_id)
+    store = current_store()
+    overview = service.run_overview(store, args.run_id)
     if args.json:
         print_json(overview.model_dump(mode="json"))
         return 0
-    print(f"{overview.id}: {overview.benchmark}, {overview.status}; expected {overview.expected_cases}, "
-          f"done {overview.done}, failed {overview.failed}, pending {overview.pending}")
-    print_json(overview.summary)
+    source = f" scoring {overview.source_run_id}" if overview.source_run_id else ""
+    print(f"{overview.id}: {overview.benchmark} {overview.kind} run{source}, {overview.status}")
+    summary = service.stored_summary(store, args.run_id)
+    if summary is None:
+        print(f"expected {overview.expected_cases}, done {overview.done}, failed {overview.failed}, "
+              f"pending {overview.pending}; no summary stored yet (resume the run to finish it).")
+    else:
+        print_summary(summary)
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from medeval_core.compare import compare_runs
+
     store = current_store()
     comparison = compare_runs(args.run_a, store.results(args.run_a), args.run_b, store.results(args.run_b))
     if args.json:
@@ -123,18 +111,43 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    path = jobs.export_results(current_store(), args.run_id, args.out)
+    path = service.export_results(current_store(), args.run_id, args.out)
     print(f"wrote {path}")
     return 0
 
 
 def _resume(args: argparse.Namespace) -> int:
-    report = jobs.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
-                         on_progress=None if args.json else ThrottledProgress())
+    report = service.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
+                            on_progress=None if args.json else ThrottledProgress())
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
         print(f"\n{report.run_id}: {report.status}; done {report.done}, failed {report.failed}, pending {report.pending}")
+    return 0
+
+
+def _option(text: str) -> tuple[str, object]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise CommandError(f"--option {text!r} is not KEY=VALUE.")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    settings, store = current_settings(), current_store()
+    params = service.ScoreParams(scorer=args.scorer, options=dict(_option(o) for o in args.option),
+                                 workers=max(args.workers, 1))
+    report = service.score_run(args.source_run_id, params, settings, store, run_id=args.run_id, label=args.label,
+                               on_progress=None if args.json else ThrottledProgress())
+    summary = service.stored_summary(store, report.run_id)
+    if args.json:
+        print_json({"run": report.model_dump(mode="json"),
+                    "summary": summary.model_dump(mode="json") if summary else None})
+    elif summary is not None:
+        print_summary(summary, report)
     return 0
 
 

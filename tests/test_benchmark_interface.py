@@ -1,0 +1,162 @@
+"""The benchmark seam: a benchmark defined outside medeval plugs in through its spec alone, its parameters are
+stored whole, a --run-id with other parameters is refused, resume keeps the stored workers, score runs apply a
+scorer to a stored run, and group commit survives SIGKILL with exactly one result per case."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from medeval_core import registry, service
+from medeval_core.benchmark import BenchmarkError
+from medeval_core.catalog import pages
+from medeval_core.cli import build_parser, main
+from medeval_core.records import RunKind, RunStatus
+from medeval_core.runner import BatchRunner
+from medeval_core.settings import load_settings
+from medeval_core.status import backends_status
+from medeval_core.store import Store
+from tests.support.counting_benchmark import CountingParams
+
+REPO = Path(__file__).resolve().parent.parent
+TOY = "tests.support.counting_benchmark"
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", TOY)
+
+
+def test_a_benchmark_outside_medeval_appears_in_run_pages_and_sidebar(toy: None) -> None:
+    assert "counting" in registry.specs()
+    run_choices = build_parser()._subparsers._group_actions[0].choices["run"]._subparsers._group_actions[0].choices
+    assert "counting" in run_choices
+    assert any(page.url_path == "counting" for page in pages())
+    assert any(row.role == "counter" and row.used_by == "counting" for row in backends_status(load_settings()))
+
+
+def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDEVAL_BENCHMARKS", raising=False)
+    assert "counting" not in registry.specs()
+    assert {"ddi", "ddxplus"} <= set(registry.specs())
+
+
+def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id(
+        toy: None, isolated_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "counting", "--n-cases", "4", "--workers", "3", "--run-id", "c1", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["summary"]["counts"] == {"expected": 4, "done": 4, "failed": 0, "pending": 0}
+    stored = Store(isolated_store).get_run("c1").config
+    assert stored["params"] == {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0}
+    assert stored["kind"] == "batch" and stored["settings_hash"] and stored["versions"]["medeval"]
+
+    assert main(["run", "counting", "--n-cases", "5", "--run-id", "c1"]) == 2
+    err = capsys.readouterr().err
+    assert "exists with other parameters" in err and "n_cases: stored 4, asked 5" in err
+    assert len(Store(isolated_store).results("c1")) == 4  # nothing was added to the stored run
+
+
+def test_resume_keeps_the_stored_workers(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, workers=5)),
+                     run_id="w", expected_cases=6)
+    seen: list[int] = []
+    original = BatchRunner.__init__
+
+    def spy(self: BatchRunner, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        seen.append(self.workers)
+
+    monkeypatch.setattr(BatchRunner, "__init__", spy)
+    assert service.resume("w", settings, store).status == RunStatus.COMPLETED
+    assert seen == [5]
+
+
+def test_a_score_run_scores_a_stored_runs_outputs_with_its_source_named(toy: None, isolated_store: str) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    service.launch("counting", CountingParams(n_cases=5), settings, store, run_id="src")
+    report = service.score_run("src", service.ScoreParams(scorer="parity", options={"modulus": 2}), settings,
+                               store, run_id="src-parity")
+    assert (report.status, report.done) == (RunStatus.COMPLETED, 5)
+    row = store.get_run("src-parity")
+    assert (row.kind, row.source_run_id) == (RunKind.SCORE, "src")
+    results = {r.case_id: r for r in store.results("src-parity")}
+    assert [results[f"case-{i:04d}"].metrics["even"] for i in range(5)] == [True, False, True, False, True]
+    assert results["case-0000"].scores["even"]["provenance"] == {"scorer": "parity"}
+    summary = service.stored_summary(store, "src-parity")
+    assert summary is not None and summary.metric("even").value == pytest.approx(3 / 5)
+    with pytest.raises(BenchmarkError, match="no scorer called 'judge'"):
+        service.score_run("src", service.ScoreParams(scorer="judge"), settings, store)
+
+
+def test_rescore_command_and_resume_of_a_score_run(toy: None, isolated_store: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "counting", "--n-cases", "3", "--run-id", "s"]) == 0
+    assert main(["rescore", "s", "--scorer", "parity", "--option", "modulus=3", "--run-id", "s-3", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["resume", "s-3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["done"] == 3
+    even = [r.metrics["even"] for r in sorted(Store(isolated_store).results("s-3"), key=lambda r: r.case_id)]
+    assert even == [True, False, False]
+
+
+def test_sessions_cannot_be_resumed_as_batch_runs(toy: None, isolated_store: str) -> None:
+    from medeval_core.sessions import Session
+
+    store = Store(isolated_store)
+    session = Session.open(store, load_settings(), "counting", CountingParams(n_cases=1), case_id="case-0000")
+    with pytest.raises(BenchmarkError, match="interactive session"):
+        service.resume(session.run_id, load_settings(), store)
+
+
+def test_sigkill_during_group_commits_then_resume_gives_exactly_one_result_and_its_turns_per_case(
+        isolated_store: str) -> None:
+    n_cases = 4000
+    command = [sys.executable, "-m", TOY, isolated_store, "fast", str(n_cases), "0", "4"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MEDEVAL_BENCHMARKS": TOY}
+    process = subprocess.Popen(command, cwd=REPO, env=env)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if store.find_run("fast") is not None and store.result_counts("fast").get("ok", 0) >= 500:
+            break
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    stored = store.result_counts("fast").get("ok", 0)
+    assert 500 <= stored < n_cases, "the kill must land mid-run"
+    with store.session() as session:
+        turns = session.exec(  # type: ignore[call-overload]
+            __import__("sqlalchemy").text("select count(*) from turns where run_id = 'fast'")).one()[0]
+    assert turns == stored, "a case's turns are committed with its result, never apart"
+
+    subprocess.run(command, cwd=REPO, env=env, check=True, timeout=180)
+    after = store.results("fast")
+    assert len(after) == n_cases == len({(r.case_id, r.repetition) for r in after})
+    assert all(r.ok for r in after)
+    assert store.get_run("fast").status == RunStatus.COMPLETED
+
+
+def test_two_executions_of_one_run_at_once_store_each_case_once(toy: None, isolated_store: str) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=300, sleep_s=0.001,
+                                                                                 workers=4)),
+                     run_id="twice", expected_cases=300)
+    threads = [threading.Thread(target=service.resume, args=("twice", settings, Store(isolated_store)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    results = store.results("twice")
+    assert len(results) == 300 and all(r.ok for r in results)
+    assert len({r.case_id for r in results}) == 300
