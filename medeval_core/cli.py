@@ -1,4 +1,4 @@
-"""``python -m medeval_core``: the headless entry point for batch runs, score runs, data and reported-result checks.
+"""medeval from the command line: batch runs, score runs, run management, data and reported-result checks.
 
 Generic verbs live here and in ``medeval_core.commands``; ``run NAME`` exists for every benchmark the registry
 finds, with the options of that benchmark's ``cli`` extension (or options generated from its ``Params``). Every

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from medeval_core.cli import CommandError, CommandGroups, print_json
-from medeval_core.reported import check_reported, parse_counts
 
 
 def register(groups: CommandGroups) -> None:
@@ -21,6 +20,8 @@ def register(groups: CommandGroups) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from medeval_core.reported import check_reported, parse_counts  # scipy: imported only when used
+
     try:
         extra = [parse_counts(text) for text in args.wilson]
     except ValueError as exc:
