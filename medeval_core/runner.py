@@ -267,7 +267,8 @@ class BatchRunner:
                                 finished_at=utc_now())
         else:
             result = CaseResult(run_id=run_id, case_id=case.case_id, repetition=repetition, status=CaseStatus.OK,
-                                output=outcome.output, metrics=outcome.metrics, started_at=started,
+                                output=outcome.output, metrics=outcome.metrics, scores=outcome.scores,
+                                started_at=started,
                                 finished_at=utc_now())
         return CaseRecords(result=result, turns=ctx.turns, judgements=ctx.judgements, model_calls=ctx.model_calls)
 
