@@ -28,7 +28,7 @@ walk = None
 walk_id = st.query_params.get("walkthrough")
 if walk_id:
     try:
-        walk = wt.load(store, res, walk_id)
+        walk = wt.load(store, res, walk_id, settings)
     except wt.WalkthroughError as exc:
         st.warning(str(exc))
 
@@ -53,12 +53,11 @@ if walk is None:
     st.stop()
 
 patient = walk.patient
-episode = walk.episode
-intake = episode.intake()
+intake = walk.intake()
 left, middle, right = st.columns(3)
 left.metric("Age", patient.age)
 middle.metric("Sex", SEXES.get(patient.sex, patient.sex))
-right.metric("Questions asked", f"{len(episode.asked)} / {episode.max_questions}")
+right.metric("Questions asked", f"{len(walk.asked)} / {walk.max_questions}")
 st.markdown(f"**Reason for consulting** ({intake.initial_evidence}): {intake.initial_question} — **yes**")
 st.caption(f"Walkthrough {walk.id} on row {patient.row}; the link in the address bar brings it back.")
 
@@ -82,7 +81,7 @@ if not walk.finished:
         code = st.selectbox(f"Question ({len(matches)} matching)", matches, key="ddx_question",
                             format_func=lambda c: f"{c}: {res.kb.question_text(c)}")
         ask_col, hint_col = st.columns([1, 2])
-        if ask_col.button("Ask", key="ddx_ask", disabled=episode.questions_left <= 0):
+        if ask_col.button("Ask", key="ddx_ask", disabled=walk.questions_left <= 0):
             try:
                 wt.ask(store, walk, code)
             except (wt.WalkthroughError, EpisodeError) as exc:

@@ -32,7 +32,6 @@ PlanFactory = Callable[[RunConfig, Settings], BenchmarkPlan]
 # Benchmarks add themselves here as their packages land: name -> "module:factory".
 REGISTRY: dict[str, str] = {
     "ddi": "medeval_core.benchmarks.ddi.plan:build_plan",
-    "ddxplus": "medeval_core.benchmarks.ddxplus.plan:build_plan",
 }
 
 

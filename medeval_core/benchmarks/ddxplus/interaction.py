@@ -1,29 +1,43 @@
-"""One DDXPlus consultation: intake, questions (30 at most), a final differential, the per-patient metrics.
+"""One DDXPlus consultation as an ``Environment`` of the core episode (``medeval_core.interaction``).
 
-The walkthrough page and batch runs use this same ``Episode``; the only difference is who acts. A batch run
-drives it with an agent through ``run_episode``; the page calls ``ask`` and ``submit`` from widgets. Every step
-becomes a ``Turn`` (index 0 is the intake), so the store holds the same dialogue either way, and
-``Episode.restore`` replays stored questions so that a half-done walkthrough continues after a page reload.
+The environment is the simulated patient with the official answer semantics (``simulator``) and the question
+limit of 30: an ``Ask`` action reveals the patient's whole answer for one evidence root and uses up one turn, a
+``Diagnose`` action ends the consultation with a differential (no turn). The core ``Episode`` drives it, for an
+agent in a batch run (``consult``) or for a person on the walkthrough page (``Episode.act``); every step becomes
+a turn through the ``CaseContext`` (index 0 is the intake), and ``Episode.restore`` replays stored questions
+after a page reload (answers are deterministic).
+
+The agent interface (what ``--agent my_package.my_module:MyAgent`` implements; how it is built is in
+``benchmark.py``): an object with ``name``, ``reads_kb`` and ``start(intake[, ctx]) -> session``; the
+session has ``next_question() -> str | None`` (an evidence code, or None to stop), ``observe(answer)`` (a
+``simulator.Answer``) and ``differential() -> {pathology: mass}``. ``SessionActor`` adapts such a session to the
+core ``interaction.Agent`` protocol (``act(observation, turns_left)``).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, Language, root_of
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer, PatientSimulator
+from medeval_core.interaction import Episode, EpisodeError, Limits, Step
 from medeval_core.metrics import ddxplus as ddx_metrics
-from medeval_core.records import Turn
+from medeval_core.records import Judgement, ModelCall, Turn
 
+__all__ = [
+    "MAX_QUESTIONS", "Ask", "Consultation", "DDXPlusOutput", "Diagnose", "EpisodeError", "Intake",
+    "OfflineContext", "Reply", "SessionActor", "Verdict", "consult", "open_episode", "patient_metrics",
+    "present_roots", "validate_differential",
+]
 
-class EpisodeError(ValueError):
-    """An action the consultation does not allow (unknown code, 31st question, invalid differential)."""
+INTAKE_ACTOR = "simulator"
 
 
 class Intake(BaseModel):
@@ -35,18 +49,51 @@ class Intake(BaseModel):
     initial_question: str
 
 
-@dataclass
-class EpisodeResult:
+class Ask(BaseModel):
+    """Ask one evidence root (an item code such as ``E_54_@_V_161`` asks its root)."""
+
+    kind: Literal["ask"] = "ask"
+    code: str
+
+
+class Diagnose(BaseModel):
+    """End the consultation with a differential: pathology (KB key, English or French name) -> mass."""
+
+    kind: Literal["diagnose"] = "diagnose"
+    differential: dict[str, Any] | list[Any]
+
+
+class Reply(BaseModel):
+    """The patient's answer to one question (stored as the turn's payload)."""
+
+    root: str
+    question: str
+    values: list[str]
+    positive: bool
+    defaulted: bool
+    answer: str
+
+    def as_answer(self) -> Answer:
+        return Answer(root=self.root, values=tuple(self.values), positive=self.positive, defaulted=self.defaulted)
+
+
+class DDXPlusOutput(BaseModel):
+    """A consultation's stored output: enough to rescore it (``score ddxplus`` or a score run)."""
+
+    index: int = Field(description="0-based row of the patient in the patients file")
+    pathology: str
+    differential: dict[str, float]
+    inquired: list[str] = Field(description="the root asked at each turn, in order")
+    missed: list[str] = Field(default_factory=list, description="present roots never inquired")
+
+
+class Verdict(BaseModel):
+    """What the environment returns for the differential: the output and the per-patient metrics."""
+
     differential: dict[str, float]
     inquired: list[str]
-    metrics: dict[str, float]
     missed: list[str]
-    """Present roots that were never inquired (what PER misses)."""
-
-    def output(self, patient: DDXPlusPatient) -> dict[str, Any]:
-        """The JSON-ready record a run stores: enough to rescore with ``score ddxplus``."""
-        return {"index": patient.row, "pathology": patient.pathology, "differential": self.differential,
-                "inquired": self.inquired, "missed": self.missed}
+    metrics: dict[str, float]
 
 
 def validate_differential(kb: KnowledgeBase, differential: Mapping[str, Any] | Iterable[Any]) -> dict[str, float]:
@@ -70,22 +117,64 @@ def validate_differential(kb: KnowledgeBase, differential: Mapping[str, Any] | I
     return clean
 
 
-@dataclass
-class Episode:
-    kb: KnowledgeBase
-    patient: DDXPlusPatient
-    max_questions: int = MAX_QUESTIONS
-    language: Language | None = None
-    asked: list[str] = field(default_factory=list)
-    answers: list[Answer] = field(default_factory=list)
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    result: EpisodeResult | None = None
+def present_roots(kb: KnowledgeBase, patient: DDXPlusPatient) -> list[str]:
+    """Positive roots as the metrics count them: binary and listed, or listed with a non-default value."""
+    roots: list[str] = []
+    for code in patient.evidences:
+        root, _, value = code.partition("_@_")
+        evidence = kb.evidences[root]
+        if (evidence.binary or value != evidence.default_value) and root not in roots:
+            roots.append(root)
+    return roots
 
-    def __post_init__(self) -> None:
-        self.simulator = PatientSimulator(self.kb, self.patient)
-        self.language = self.language or self.kb.language
-        if not self.turns:
-            self.turns.append({"actor": "simulator", "action": "intake", "payload": self.intake().model_dump()})
+
+def patient_metrics(kb: KnowledgeBase, patient: DDXPlusPatient, differential: Mapping[str, float],
+                    inquired: list[str]) -> tuple[dict[str, float], list[str]]:
+    """The seven per-patient metrics of one consultation and the present roots never inquired."""
+    # Names resolve to KB keys first, so that a French or English alias is the same pathology.
+    gt = list({kb.pathology_names[kb.pathology_index(name)]: mass for name, mass in patient.differential}.items())
+    present = present_roots(kb, patient)
+    asked = {patient.initial_evidence, *inquired}
+    metrics = ddx_metrics.patient_metrics(
+        gt=gt, pathology=kb.pathology_names[kb.pathology_index(patient.pathology)],
+        pred=list(differential.items()), present=set(present), inquired=asked, n_questions=len(inquired),
+    )
+    return metrics, [root for root in present if root not in asked]
+
+
+class Consultation:
+    """The DDXPlus environment: one simulated patient, 30 questions at most, then a differential."""
+
+    def __init__(self, kb: KnowledgeBase, patient: DDXPlusPatient, max_questions: int = MAX_QUESTIONS,
+                 language: Language | None = None) -> None:
+        self.kb = kb
+        self.patient = patient
+        self.max_questions = max_questions
+        self.language = language or kb.language
+        self.simulator = PatientSimulator(kb, patient)
+        self.asked: list[str] = []
+        self.answers: list[Answer] = []
+        self.verdict: Verdict | None = None
+
+    # Environment protocol ------------------------------------------------------------------------------------
+
+    def start(self) -> Intake:
+        return self.intake()
+
+    def counts_as_turn(self, action: Ask | Diagnose) -> bool:
+        return isinstance(action, Ask)
+
+    def describe(self, action: Ask | Diagnose) -> tuple[str, dict[str, Any]]:
+        return ("ask", {}) if isinstance(action, Ask) else ("differential", {})
+
+    def step(self, action: Ask | Diagnose) -> Step[Any]:
+        if self.verdict is not None:
+            raise EpisodeError("This consultation already has a differential.")
+        if isinstance(action, Ask):
+            return Step(observation=self.ask(action.code))
+        if isinstance(action, Diagnose):
+            return Step(observation=self.diagnose(action.differential), done=True)
+        raise EpisodeError(f"A DDXPlus action is Ask or Diagnose, not {type(action).__name__}.")
 
     # The consultation ----------------------------------------------------------------------------------------
 
@@ -98,77 +187,45 @@ class Episode:
     def questions_left(self) -> int:
         return self.max_questions - len(self.asked)
 
-    @property
-    def finished(self) -> bool:
-        return self.result is not None
-
-    def ask(self, code: str, actor: str = "agent") -> Answer:
-        if self.finished:
-            raise EpisodeError("This consultation is finished; start a new one to ask more questions.")
+    def ask(self, code: str) -> Reply:
         if self.questions_left <= 0:
             raise EpisodeError(f"The {self.max_questions}-question limit is reached; submit a differential.")
-        root = root_of(code.strip())
+        root = root_of(str(code).strip())
         if root not in self.kb.evidences:
             raise EpisodeError(f"{code!r} is not an evidence code of the knowledge base (e.g. E_91).")
         answer = self.simulator.answer(root)
         self.asked.append(root)
         self.answers.append(answer)
-        self.turns.append({
-            "actor": actor, "action": "ask",
-            "payload": {"root": root, "question": self.kb.question_text(root, self.language),
-                        "values": list(answer.values), "positive": answer.positive,
-                        "answer": answer.text(self.kb, self.language)},
-        })
-        return answer
+        return Reply(root=root, question=self.kb.question_text(root, self.language), values=list(answer.values),
+                     positive=answer.positive, defaulted=answer.defaulted,
+                     answer=answer.text(self.kb, self.language))
 
-    def submit(self, differential: Mapping[str, Any] | Iterable[Any], actor: str = "agent") -> EpisodeResult:
-        if self.finished:
-            raise EpisodeError("This consultation already has a differential.")
+    def diagnose(self, differential: Mapping[str, Any] | Iterable[Any]) -> Verdict:
         clean = validate_differential(self.kb, differential)
-        metrics, missed = self._score(clean)
-        self.result = EpisodeResult(differential=clean, inquired=list(self.asked), metrics=metrics, missed=missed)
-        self.turns.append({"actor": actor, "action": "differential", "payload": {"differential": clean}})
-        return self.result
-
-    # Scoring and records -------------------------------------------------------------------------------------
+        metrics, missed = patient_metrics(self.kb, self.patient, clean, self.asked)
+        self.verdict = Verdict(differential=clean, inquired=list(self.asked), missed=missed, metrics=metrics)
+        return self.verdict
 
     def present_roots(self) -> list[str]:
-        """Positive roots as the metrics count them: binary and listed, or listed with a non-default value."""
-        roots: list[str] = []
-        for code in self.patient.evidences:
-            root, _, value = code.partition("_@_")
-            evidence = self.kb.evidences[root]
-            if (evidence.binary or value != evidence.default_value) and root not in roots:
-                roots.append(root)
-        return roots
+        return present_roots(self.kb, self.patient)
 
-    def _score(self, differential: dict[str, float]) -> tuple[dict[str, float], list[str]]:
-        kb = self.kb
-        # Names resolve to KB keys first, so that a French or English alias is the same pathology.
-        gt = list({kb.pathology_names[kb.pathology_index(name)]: mass
-                   for name, mass in self.patient.differential}.items())
-        present = self.present_roots()
-        inquired = {self.patient.initial_evidence, *self.asked}
-        metrics = ddx_metrics.patient_metrics(
-            gt=gt, pathology=kb.pathology_names[kb.pathology_index(self.patient.pathology)],
-            pred=list(differential.items()), present=set(present), inquired=inquired, n_questions=len(self.asked),
-        )
-        return metrics, [root for root in present if root not in inquired]
+    def output(self) -> DDXPlusOutput:
+        if self.verdict is None:
+            raise EpisodeError("The consultation has no differential yet.")
+        return DDXPlusOutput(index=self.patient.row, pathology=self.patient.pathology,
+                             differential=self.verdict.differential, inquired=self.verdict.inquired,
+                             missed=self.verdict.missed)
 
-    def records(self, run_id: str, case_id: str | None = None, repetition: int = 0) -> list[Turn]:
-        case_id = case_id or self.patient.case_id
-        return [Turn(run_id=run_id, case_id=case_id, repetition=repetition, index=i, **turn)
-                for i, turn in enumerate(self.turns)]
 
-    @classmethod
-    def restore(cls, kb: KnowledgeBase, patient: DDXPlusPatient, asked: Sequence[str], actors: Sequence[str],
-                language: Language | None = None) -> Episode:
-        """The consultation after ``asked`` (by ``actors``): answers are deterministic, so replaying the stored
-        questions rebuilds it exactly (a half-done walkthrough after a page reload)."""
-        episode = cls(kb=kb, patient=patient, language=language)
-        for code, actor in zip(asked, actors, strict=True):
-            episode.ask(code, actor=actor)
-        return episode
+def open_episode(consultation: Consultation, ctx: CaseContext,
+                 record_intake: bool = True) -> Episode[Ask | Diagnose, Any]:
+    """The core episode over ``consultation``; the intake is turn 0 (``record_intake=False`` when restoring a
+    session whose intake is already stored)."""
+    episode: Episode[Ask | Diagnose, Any] = Episode(
+        consultation, ctx, Limits(max_turns=consultation.max_questions), record_start=False)
+    if record_intake:
+        ctx.record_turn(INTAKE_ACTOR, "intake", consultation.intake().model_dump(mode="json"))
+    return episode
 
 
 class AgentSession(Protocol):
@@ -179,10 +236,12 @@ class AgentSession(Protocol):
 
     def observe(self, answer: Answer) -> None: ...
 
-    def differential(self) -> dict[str, float]: ...
+    def differential(self) -> Mapping[str, float]: ...
 
 
-class Agent(Protocol):
+class DDXPlusAgent(Protocol):
+    """The agent interface (built-in agents and ``--agent module:Class`` alike)."""
+
     name: str
     reads_kb: bool
     """Whether the agent consulted the KB's condition lists (a run condition recorded with every run)."""
@@ -190,12 +249,67 @@ class Agent(Protocol):
     def start(self, intake: Intake) -> AgentSession: ...
 
 
-def run_episode(agent: Agent, episode: Episode) -> EpisodeResult:
-    """Let ``agent`` question the patient until it stops or the question limit is reached, then submit."""
-    session = agent.start(episode.intake())
-    while episode.questions_left > 0:
-        code = session.next_question()
-        if code is None:
-            break
-        session.observe(episode.ask(code, actor=agent.name))
-    return episode.submit(session.differential(), actor=agent.name)
+def start_session(agent: DDXPlusAgent, intake: Intake, ctx: CaseContext | None) -> AgentSession:
+    """``agent.start(intake, ctx=ctx)`` when its ``start`` takes a ``ctx`` (to record model calls), else
+    ``agent.start(intake)``."""
+    try:
+        takes_ctx = "ctx" in inspect.signature(agent.start).parameters
+    except (TypeError, ValueError):
+        takes_ctx = False
+    return agent.start(intake, ctx=ctx) if takes_ctx else agent.start(intake)  # type: ignore[call-arg]
+
+
+class SessionActor:
+    """A DDXPlus agent session as a core ``interaction.Agent``: asks until the session stops or no question is
+    left, then diagnoses."""
+
+    def __init__(self, session: AgentSession, name: str) -> None:
+        self.session = session
+        self.name = name
+
+    def act(self, observation: Any, turns_left: int) -> Ask | Diagnose:
+        if isinstance(observation, Reply):
+            self.session.observe(observation.as_answer())
+        if turns_left > 0:
+            code = self.session.next_question()
+            if code is not None:
+                return Ask(code=str(code))
+        return Diagnose(differential=dict(self.session.differential()))
+
+
+def consult(agent: DDXPlusAgent, kb: KnowledgeBase, patient: DDXPlusPatient, ctx: CaseContext) -> Consultation:
+    """Let ``agent`` question ``patient`` through the core episode (every turn recorded on ``ctx``)."""
+    consultation = Consultation(kb, patient)
+    episode = open_episode(consultation, ctx)
+    session = start_session(agent, episode.first_observation, ctx)
+    episode.run(SessionActor(session, str(getattr(agent, "name", type(agent).__name__))))
+    return consultation
+
+
+class OfflineContext(CaseContext):
+    """A context that keeps turns and model calls in memory (trying an agent without a store)."""
+
+    def __init__(self, case_id: str = "", run_id: str = "offline", settings: Any = None) -> None:
+        self.run_id = run_id
+        self.case_id = case_id
+        self.repetition = 0
+        self.settings = settings
+        self.turns: list[Turn] = []
+        self.judgements: list[Judgement] = []
+        self.model_calls: list[ModelCall] = []
+
+    def record_turn(self, actor: str, action: str, payload: Mapping[str, Any] | None = None,
+                    cost: float = 0.0) -> Turn:
+        turn = Turn(run_id=self.run_id, case_id=self.case_id, index=len(self.turns), actor=actor, action=action,
+                    payload=dict(payload or {}), cost=cost)
+        self.turns.append(turn)
+        return turn
+
+    def record_judgement(self, judgement: Judgement) -> None:
+        self.judgements.append(judgement)
+
+    def record_model_call(self, call: ModelCall) -> None:
+        self.model_calls.append(call)
+
+    def model(self, role: str) -> Any:
+        raise KeyError(f"An offline context binds no model to the role {role!r}.")

@@ -5,7 +5,8 @@ but not the KB's condition -> evidence lists, so ``reads_kb`` is False. Each tur
 object, either ``{"action": "ask", "code": "E_91"}`` or ``{"action": "diagnose", "differential": {...}}``;
 the patient's answer comes back in words. An output that is not such an object (unknown code, name outside
 the 49, masses that are not numbers) is answered with what was wrong and asked again, ``max_invalid`` times;
-after that the consultation fails, and the runner records the case as failed.
+after that the consultation fails, and the runner records the case as failed. Every request (retries
+included) is recorded as a model call of role ``chat`` on the case's context, with the exact messages' sha256.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from medeval_core.backends.chat import ChatBackend, Message, make_chat_backend
+from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError, Intake, validate_differential
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer
@@ -86,13 +88,14 @@ class LLMAgent:
         return {**self.backend.describe(), "max_questions": self.max_questions, "max_invalid": self.max_invalid,
                 "prompt_version": PROMPT_VERSION, "reads_kb": self.reads_kb}
 
-    def start(self, intake: Intake) -> LLMSession:
-        return LLMSession(self, intake)
+    def start(self, intake: Intake, ctx: CaseContext | None = None) -> LLMSession:
+        return LLMSession(self, intake, ctx)
 
 
 class LLMSession:
-    def __init__(self, agent: LLMAgent, intake: Intake) -> None:
+    def __init__(self, agent: LLMAgent, intake: Intake, ctx: CaseContext | None = None) -> None:
         self.agent = agent
+        self.on_call = ctx.record_model_call if ctx is not None else None
         sex = {"M": "male", "F": "female"}.get(intake.sex, intake.sex)
         self.messages: list[Message] = [
             {"role": "system", "content": agent.system_prompt},
@@ -125,7 +128,7 @@ class LLMSession:
         """Ask the model for its next action until it is valid; fail after ``max_invalid`` corrections."""
         problem = ""
         for _ in range(self.agent.max_invalid + 1):
-            reply = self.agent.backend.complete(self.messages)
+            reply = self.agent.backend.complete(self.messages, on_call=self.on_call, role="chat")
             self.messages.append({"role": "assistant", "content": reply})
             try:
                 return self._parse(reply, allow_ask)

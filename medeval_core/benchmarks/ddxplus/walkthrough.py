@@ -1,9 +1,10 @@
 """The DDXPlus walkthrough behind the page: a person questions one simulated patient, then gives a differential.
 
-It is the same ``Episode`` a batch run uses, with a person as the actor. Each walkthrough is its own run
-(benchmark ``ddxplus-walkthrough``, one case): every question is stored as a turn the moment it is asked, so a
-half-done walkthrough continues after a page reload from its id alone (the page keeps the id in the URL), and the
-submitted differential is stored as the case result with its metrics.
+It is the same consultation environment and core episode a batch run uses, with a person as the actor. Each
+walkthrough is a session run (``sessions.Session``, benchmark ``ddxplus``, kind ``session``, one case): every
+question is stored as a turn the moment it is asked, so a half-done walkthrough continues after a page reload
+from its run id alone (the page keeps the id in the URL; ``Episode.restore`` replays the stored questions), and
+the submitted differential finishes the session with its metrics.
 
 A ranked differential without masses is converted by ``ranks_to_masses``: the pathology at rank r of n gets
 weight 2n + 1 - r (the first about twice the last), normalised to 1. Every listed pathology then stays above the
@@ -21,17 +22,28 @@ from typing import Any, Literal
 
 import plotly.graph_objects as go
 
-from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS, default_kb_dir
-from medeval_core.benchmarks.ddxplus.interaction import Episode, EpisodeResult
+from medeval_core.benchmark import Metric, RunCounts, RunSummary
+from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS, SPEC, default_kb_dir
+from medeval_core.benchmarks.ddxplus.interaction import (
+    Ask,
+    Consultation,
+    Diagnose,
+    DDXPlusOutput,
+    Intake,
+    open_episode,
+)
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, Suggestion
+from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
-from medeval_core.metrics.ddxplus import THRESHOLD
-from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus, Turn, utc_now
-from medeval_core.settings import Settings, runtime_versions
-from medeval_core.store import Store, StoreError, new_run_id
+from medeval_core.interaction import Episode
+from medeval_core.metrics.ddxplus import METRIC_KEYS, THRESHOLD
+from medeval_core.records import CaseOutcome, CaseResult, Turn
+from medeval_core.sessions import Session, SessionError
+from medeval_core.settings import Settings
+from medeval_core.store import Store, StoreError
 
-BENCHMARK = "ddxplus-walkthrough"
+BENCHMARK = SPEC.name
 ACTOR = "person"
 PickMode = Literal["random", "pathology", "index"]
 
@@ -48,6 +60,7 @@ class Resources:
     patients: PatientSet
     teacher: KBBayesAgent
     patients_file: Path
+    kb_dir: Path
 
 
 _cache: dict[tuple[str, str], Resources] = {}
@@ -72,7 +85,7 @@ def resources(settings: Settings, patients_file: Path | None = None) -> Resource
             kb = load_kb(kb_dir)
             patients = load_patients(path, kb)
             _cache[key] = Resources(kb=kb, patients=patients, teacher=KBBayesAgent.fit(kb, patients),
-                                    patients_file=Path(path))
+                                    patients_file=Path(path), kb_dir=Path(kb_dir))
         return _cache[key]
 
 
@@ -97,85 +110,111 @@ def pick_patient(res: Resources, mode: PickMode, pathology: str | None = None, i
 
 
 def start(store: Store, settings: Settings, res: Resources, position: int) -> str:
-    """Open a walkthrough on the patient at ``position``; returns its id (a run id)."""
+    """Open a walkthrough session on the patient at ``position``; returns its id (a run id). The intake is
+    stored at once as turn 0."""
     patient = res.patients.patient(position)
-    config = RunConfig(
-        benchmark=BENCHMARK, label=f"Walkthrough {patient.case_id}",
-        params={"patients": str(res.patients_file), "row": patient.row, "case_id": patient.case_id,
-                "agent": ACTOR, "reads_kb": False},
-        settings=settings.effective(), settings_hash=settings.settings_hash(), versions=runtime_versions(),
-    )
-    run = store.create_run(config, run_id=new_run_id("ddxplus-walk"), expected_cases=1)
-    store.update_run(run.id, status=RunStatus.RUNNING, started_at=utc_now())
-    episode = Episode(kb=res.kb, patient=patient)
-    store.add_turns(episode.records(run.id))
-    return run.id
+    params = DDXPlusParams(patients=str(res.patients_file.resolve()), kb=str(res.kb_dir.resolve()), agent=ACTOR,
+                           reads_kb=False)
+    session = Session.open(store, settings, BENCHMARK, params, patient.case_id,
+                           label=f"Walkthrough {patient.case_id}")
+    open_episode(Consultation(res.kb, patient), session.context())
+    return session.run_id
 
 
 @dataclass
 class Walkthrough:
     id: str
     patient: DDXPlusPatient
-    episode: Episode
+    session: Session
+    consultation: Consultation
+    episode: Episode[Any, Any]
     result: CaseResult | None
 
     @property
     def finished(self) -> bool:
         return self.result is not None
 
+    @property
+    def asked(self) -> list[str]:
+        return self.consultation.asked
 
-def load(store: Store, res: Resources, walkthrough_id: str) -> Walkthrough:
+    @property
+    def max_questions(self) -> int:
+        return self.consultation.max_questions
+
+    @property
+    def questions_left(self) -> int:
+        return self.consultation.questions_left
+
+    def intake(self) -> Intake:
+        return self.consultation.intake()
+
+
+def load(store: Store, res: Resources, walkthrough_id: str, settings: Settings | None = None) -> Walkthrough:
     """Rebuild a walkthrough from the store (its stored questions are replayed: answers are deterministic)."""
-    run = store.find_run(walkthrough_id)
-    if run is None or run.benchmark != BENCHMARK:
-        raise WalkthroughError(f"No walkthrough {walkthrough_id!r} is stored; start a new one.")
-    row = int(run.config["params"]["row"])
+    if settings is None:
+        from medeval_core.context import current_settings
+
+        settings = current_settings()
+    try:
+        session = Session.load(store, settings, walkthrough_id, benchmark=BENCHMARK)
+    except SessionError:
+        raise WalkthroughError(f"No walkthrough {walkthrough_id!r} is stored; start a new one.") from None
+    case_id = session.case_id
+    row = int(case_id.removeprefix("row-")) if case_id.startswith("row-") else -1
     if row not in res.patients.position:
-        raise WalkthroughError(f"Walkthrough {walkthrough_id} is on row {row}, which the loaded patients lack.")
+        raise WalkthroughError(f"Walkthrough {walkthrough_id} is on {case_id}, which the loaded patients lack.")
     patient = res.patients.patient(res.patients.position[row])
-    turns = store.turns(walkthrough_id, patient.case_id)
-    asks = [t for t in turns if t.action == "ask"]
-    episode = Episode.restore(res.kb, patient, [t.payload["root"] for t in asks], [t.actor for t in asks])
-    results = store.results(walkthrough_id)
-    result = results[0] if results else None
-    if result is not None:
-        episode.result = EpisodeResult(
-            differential=result.output["differential"], inquired=result.output["inquired"],
-            metrics=result.metrics, missed=result.output["missed"])
-    return Walkthrough(id=walkthrough_id, patient=patient, episode=episode, result=result)
+    consultation = Consultation(res.kb, patient)
+    episode = open_episode(consultation, session.context(), record_intake=False)
+    turns = session.turns()
+    episode.restore([(t.actor, Ask(code=t.payload["root"])) for t in turns if t.action == "ask"])
+    result = session.result()
+    if result is not None and result.ok:
+        episode.done = True
+    else:
+        result = None
+    return Walkthrough(id=walkthrough_id, patient=patient, session=session, consultation=consultation,
+                       episode=episode, result=result)
 
 
 def ask(store: Store, walk: Walkthrough, code: str) -> None:
-    """Ask one question and store it as the next turn at once."""
+    """Ask one question; the session stores it as the next turn at once."""
     if walk.finished:
         raise WalkthroughError("This walkthrough is submitted; start a new one to ask more questions.")
-    walk.episode.ask(code, actor=ACTOR)
-    turn = walk.episode.records(walk.id)[-1]
-    store.add_turns([turn])
+    walk.episode.act(Ask(code=code), actor=ACTOR)
 
 
 def submit(store: Store, walk: Walkthrough, differential: dict[str, float]) -> CaseResult:
-    """Score and store the person's differential; the walkthrough is then complete."""
+    """Score the person's differential and finish the session with it; the walkthrough is then complete."""
     if walk.finished:
         raise WalkthroughError("This walkthrough is already submitted.")
-    result = walk.episode.submit(differential, actor=ACTOR)
-    store.add_turns([walk.episode.records(walk.id)[-1]])
-    case = CaseResult(run_id=walk.id, case_id=walk.patient.case_id, status=CaseStatus.OK,
-                      output=result.output(walk.patient), metrics=result.metrics, started_at=utc_now(),
-                      finished_at=utc_now())
+    step = walk.episode.act(Diagnose(differential=differential), actor=ACTOR)
+    verdict = step.observation
+    output: DDXPlusOutput = walk.consultation.output()
+    provenance = {"scorer": "ddxplus-metrics", "semantics": "mila-iqia/ddxplus compute_metrics", "actor": ACTOR}
+    outcome = CaseOutcome(output=output.model_dump(mode="json"), metrics=dict(verdict.metrics),
+                          scores={key: {"value": verdict.metrics[key], "explanation": None, "provenance": provenance}
+                                  for key in METRIC_KEYS})
+    summary = RunSummary(
+        benchmark=BENCHMARK, title=f"{SPEC.title} walkthrough", counts=RunCounts(expected=1, done=1, failed=0,
+                                                                                  pending=0),
+        headline=[Metric(name=key, value=verdict.metrics[key], n=1, denominator="this walkthrough")
+                  for key in METRIC_KEYS],
+        extras={"metrics": verdict.metrics, "pathology": walk.patient.pathology, "agent": ACTOR, "reads_kb": False,
+                "percent_metrics": False},
+    )
     try:
-        store.save_result(case)
-    except StoreError as exc:
+        result = walk.session.finish(outcome, summary=summary.model_dump(mode="json"))
+    except (SessionError, StoreError) as exc:
         raise WalkthroughError(f"The result could not be saved ({exc}).") from exc
-    store.update_run(walk.id, status=RunStatus.COMPLETED, finished_at=utc_now(),
-                     summary={"metrics": result.metrics, "pathology": walk.patient.pathology})
-    walk.result = case
-    return case
+    walk.result = result
+    return result
 
 
 def suggest(res: Resources, walk: Walkthrough) -> Suggestion:
     """What the KB-Bayes agent would ask next after the questions asked so far (for teaching)."""
-    session = res.teacher.replay(walk.episode.intake(), walk.episode.answers)
+    session = res.teacher.replay(walk.intake(), walk.consultation.answers)
     return session.suggest()
 
 
@@ -222,4 +261,4 @@ def missed_questions(res: Resources, walk: Walkthrough) -> list[tuple[str, str]]
 
 def dialogue(walk: Walkthrough) -> list[Turn]:
     """The question turns so far (the intake and the submission are shown apart)."""
-    return [turn for turn in walk.episode.records(walk.id) if turn.action == "ask"]
+    return [turn for turn in walk.session.turns() if turn.action == "ask"]

@@ -1,0 +1,325 @@
+"""DDXPlus as a ``Benchmark``: cases are simulated patients, the solver lets an agent question each one through
+the core episode (``interaction.consult``), the scorer gives the seven per-patient metrics, and the summary is
+the vectorised means over every planned patient beside the published reference rows.
+
+Agents. ``agent`` is ``kb-bayes``, ``llm`` or an import path ``package.module:Class``, so a team evaluates its
+own agent without editing medeval. Such a class is built as ``Class.build(kb=..., train=..., settings=...,
+params=...)`` when it defines ``build`` (``train`` is the ``PatientSet`` of ``--train`` or None), else as
+``Class(**params)``; the instance has ``name``, ``reads_kb`` (True is assumed when it does not say) and
+``start(intake[, ctx])`` returning a session with ``next_question()``, ``observe(answer)`` and
+``differential()`` (``interaction.DDXPlusAgent``); ``params()``, when present, is what the run stores as
+``agent_params``. One instance serves every patient of a run, from several threads when ``workers > 1``: keep
+per-patient state in the session.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medeval_core.backends.chat import ChatBackendError
+from medeval_core.benchmark import (
+    Benchmark,
+    BenchmarkError,
+    CaseContext,
+    Metric,
+    MetricGroup,
+    ReferenceRow,
+    RunCounts,
+    RunSummary,
+    Score,
+    Scorer,
+    Solver,
+)
+from medeval_core.benchmarks.ddxplus import SPEC, default_kb_dir
+from medeval_core.benchmarks.ddxplus.interaction import DDXPlusAgent, DDXPlusOutput, consult, patient_metrics
+from medeval_core.benchmarks.ddxplus.kb import CONDITIONS_FILE, EVIDENCES_FILE, KnowledgeBase, KnowledgeBaseError, load_kb
+from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
+from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
+from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, score
+from medeval_core.metrics.ddxplus import METRIC_KEYS
+from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.settings import Settings
+
+SCORER = "ddxplus-metrics"
+PLANNED = "planned patients"
+COMPLETED = "completed patients"
+REFERENCE_SOURCE = ("Fansi Tchango et al., NeurIPS 2022, test set of 134,529 patients, as later work quotes it "
+                    "(design.md §3.2)")
+
+# The arXiv v2 preprint in the authors' repository gives other figures for some metrics (design.md §3.2).
+PREPRINT_ROWS = {
+    "AARLC (arXiv v2)": {"IL": 14.1, "GTPA@1": 61.74},
+    "BASD (arXiv v2)": {"IL": 17.46, "GTPA@1": 68.23, "PER": 87.71},
+}
+PREPRINT_SOURCE = "arXiv v2 preprint in the authors' repository (mila-iqia/ddxplus)"
+
+_ERRORS = (KnowledgeBaseError, PatientFileError, ChatBackendError)
+
+
+class _Cache:
+    """A few loaded inputs per process (KB, patient sets, fitted agents), keyed by path and file state, so that
+    building the params, the cases, the solver and the summary of one run loads and fits each once."""
+
+    def __init__(self, size: int = 6) -> None:
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = build()
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+
+def _state(path: str | Path) -> tuple[str, int, int]:
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return str(path), -1, -1
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+_kbs = _Cache()
+_patient_sets = _Cache()
+_agents = _Cache(size=4)
+
+
+def kb_at(folder: str | Path) -> KnowledgeBase:
+    folder = Path(folder)
+    key = (_state(folder / EVIDENCES_FILE), _state(folder / CONDITIONS_FILE))
+    try:
+        return _kbs.get(key, lambda: load_kb(folder))  # type: ignore[no-any-return]
+    except KnowledgeBaseError as exc:
+        raise BenchmarkError(str(exc)) from None
+
+
+def patients_at(path: str | Path, kb: KnowledgeBase) -> PatientSet:
+    try:
+        return _patient_sets.get((_state(path), id(kb)), lambda: load_patients(path, kb))  # type: ignore[no-any-return]
+    except PatientFileError as exc:
+        raise BenchmarkError(str(exc)) from None
+
+
+def _load_object(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise BenchmarkError(f"Cannot import the agent {target!r} ({exc}); give 'package.module:Class' of an "
+                             "importable class.") from None
+    return found
+
+
+def build_agent(name: str, kb: KnowledgeBase, train: PatientSet | None, settings: Settings,
+                params: Mapping[str, Any]) -> DDXPlusAgent:
+    """The agent called ``name`` (built in, or an import path), fitted/configured with ``params``."""
+    try:
+        if name == "kb-bayes":
+            from dataclasses import fields
+
+            from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, KBBayesConfig
+
+            known = {f.name for f in fields(KBBayesConfig)}
+            return KBBayesAgent.fit(kb, train, KBBayesConfig(**{k: v for k, v in params.items() if k in known}))
+        if name == "llm":
+            from medeval_core.benchmarks.ddxplus.llm_agent import LLMAgent
+
+            return LLMAgent.from_settings(kb, settings, params)
+        if ":" in name:
+            agent_class = _load_object(name)
+            if hasattr(agent_class, "build"):
+                agent = agent_class.build(kb=kb, train=train, settings=settings, params=dict(params))
+            else:
+                agent = agent_class(**params)
+            if not callable(getattr(agent, "start", None)):
+                raise BenchmarkError(f"The agent {name!r} has no start(intake) method; see the DDXPlus agent "
+                                     "interface in medeval_core/benchmarks/ddxplus/benchmark.py.")
+            return agent  # type: ignore[no-any-return]
+    except (*_ERRORS, ValueError, TypeError) as exc:
+        if isinstance(exc, BenchmarkError):
+            raise
+        raise BenchmarkError(str(exc)) from None
+    raise BenchmarkError(f"Unknown DDXPlus agent {name!r}; choose one of {', '.join(BUILT_IN_AGENTS)} or give "
+                         "an import path 'package.module:Class'.")
+
+
+def agent_params_of(agent: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    describe = getattr(agent, "params", None)
+    return dict(describe()) if callable(describe) else dict(given)
+
+
+def build_params(settings: Settings, patients: str | Path, agent: str, train: str | Path | None = None,
+                 kb: str | Path | None = None, limit: int | None = None,
+                 agent_params: Mapping[str, Any] | None = None, workers: int | None = None,
+                 repetitions: int | None = None) -> DDXPlusParams:
+    """The params of a run, with absolute paths (``resume`` works from any folder) and the agent's full
+    settings and KB condition as it reports them (the agent is built here, and reused by the run)."""
+    if not Path(patients).is_file():
+        raise BenchmarkError(f"{patients} does not exist; give the path of a DDXPlus patients CSV or release zip.")
+    if train is not None and not Path(train).is_file():
+        raise BenchmarkError(f"{train} does not exist; give the path of a DDXPlus training patients file.")
+    kb_dir = Path(kb) if kb is not None else default_kb_dir(settings.data_dir)
+    given = dict(agent_params or {})
+    built = _agent_for(agent, str(kb_dir.resolve()), str(Path(train).resolve()) if train else None, settings, given)
+    extra = {key: value for key, value in (("workers", workers), ("repetitions", repetitions)) if value is not None}
+    return DDXPlusParams(
+        patients=str(Path(patients).resolve()), train=str(Path(train).resolve()) if train is not None else None,
+        kb=str(kb_dir.resolve()), agent=agent, limit=limit, agent_params=agent_params_of(built, given),
+        reads_kb=bool(getattr(built, "reads_kb", True)), **extra,
+    )
+
+
+def _agent_for(name: str, kb_dir: str, train: str | None, settings: Settings,
+               params: Mapping[str, Any]) -> DDXPlusAgent:
+    import json
+
+    kb = kb_at(kb_dir)
+    train_set = patients_at(train, kb) if train else None
+    key = (name, id(kb), _state(train) if train else None, json.dumps(dict(params), sort_keys=True, default=str),
+           settings.settings_hash())
+    return _agents.get(key, lambda: build_agent(name, kb, train_set, settings, params))  # type: ignore[no-any-return]
+
+
+class _ConsultSolver:
+    def __init__(self, kb: KnowledgeBase, agent: DDXPlusAgent) -> None:
+        self.kb = kb
+        self.agent = agent
+
+    def __call__(self, case: DDXPlusPatient, ctx: CaseContext) -> DDXPlusOutput:
+        if not isinstance(case, DDXPlusPatient):
+            raise TypeError(f"Expected a DDXPlus patient, got {type(case).__name__}.")
+        return consult(self.agent, self.kb, case, ctx).output()
+
+
+class MetricsScorer:
+    """The seven per-patient metrics (design.md §3.2), recomputed from the stored output and the patient."""
+
+    name = SCORER
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
+
+    def __call__(self, case: DDXPlusPatient, output: DDXPlusOutput, ctx: CaseContext) -> dict[str, Score]:
+        metrics, _ = patient_metrics(self.kb, case, output.differential, output.inquired)
+        provenance = {"scorer": SCORER, "semantics": "mila-iqia/ddxplus compute_metrics", "threshold": 0.01}
+        return {key: Score(value=metrics[key], provenance=provenance) for key in METRIC_KEYS}
+
+
+class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
+    name = "ddxplus"
+    Params = DDXPlusParams
+    Output = DDXPlusOutput
+
+    # Inputs -------------------------------------------------------------------------------------------------
+
+    def patient_set(self, params: DDXPlusParams) -> PatientSet:
+        """The planned patients (the file's usable rows, the first ``limit`` of them)."""
+        patients = patients_at(params.patients, kb_at(params.kb))
+        if not len(patients):
+            raise BenchmarkError(f"{params.patients} has no usable patient rows: {patients.report.summary()}")
+        if params.limit is not None and params.limit < len(patients):
+            patients = patients.subset(np.arange(params.limit))
+        return patients
+
+    def input_files(self, params: DDXPlusParams) -> dict[str, str]:
+        files = {"patients": params.patients, "kb_evidences": str(Path(params.kb) / EVIDENCES_FILE),
+                 "kb_conditions": str(Path(params.kb) / CONDITIONS_FILE)}
+        if params.train:
+            files["train"] = params.train
+        return files
+
+    def cases(self, params: DDXPlusParams, settings: Settings) -> Sequence[DDXPlusPatient]:
+        return self.patient_set(params).cases()
+
+    def agent(self, params: DDXPlusParams, settings: Settings) -> DDXPlusAgent:
+        return _agent_for(params.agent, params.kb, params.train, settings, params.agent_params)
+
+    def solver(self, params: DDXPlusParams, settings: Settings,
+               todo: Sequence[DDXPlusPatient]) -> Solver[DDXPlusPatient, DDXPlusOutput]:
+        return _ConsultSolver(kb_at(params.kb), self.agent(params, settings))
+
+    def scorers(self, params: DDXPlusParams, settings: Settings) -> Sequence[Scorer[DDXPlusPatient, DDXPlusOutput]]:
+        return (MetricsScorer(kb_at(params.kb)),)
+
+    def scorer(self, name: str, options: Mapping[str, Any],
+               settings: Settings) -> Scorer[DDXPlusPatient, DDXPlusOutput]:
+        if name != SCORER:
+            raise BenchmarkError(f"The ddxplus benchmark has no scorer called {name!r}; it has {SCORER}.")
+        kb_dir = options.get("kb") or default_kb_dir(settings.data_dir)
+        return MetricsScorer(kb_at(kb_dir))
+
+    # Summary ------------------------------------------------------------------------------------------------
+
+    def summarize(self, params: DDXPlusParams, cases: Sequence[DDXPlusPatient],
+                  results: Sequence[CaseResult]) -> RunSummary:
+        """Metrics over every planned patient (a failed or unfinished case counts as an empty differential with
+        no questions, so failures cannot flatter a run), and over the completed patients apart."""
+        patients = self.patient_set(params)
+        position = patients.position
+        everyone = PredictionBuilder(patients)
+        finished: list[tuple[int, CaseResult]] = []
+        for result in results:
+            if result.status != CaseStatus.OK:
+                continue
+            row = int(result.output["index"])
+            everyone.add(position[row], result.output["differential"].items(), result.output["inquired"])
+            finished.append((position[row], result))
+        report = score(patients, everyone.build())
+        counts = RunCounts.of(len(patients) * params.repetitions, list(results))
+        headline = [Metric(name=key, value=report.metrics[key], n=len(patients), denominator=PLANNED,
+                           method="mean of per-patient values") for key in METRIC_KEYS]
+        completed: dict[str, float] | None = None
+        if finished:
+            done = np.asarray(sorted(p for p, _ in finished))
+            subset = patients.subset(done)
+            builder = PredictionBuilder(subset)
+            for _, result in finished:
+                row = int(result.output["index"])
+                builder.add(subset.position[row], result.output["differential"].items(), result.output["inquired"])
+            completed = score(subset, builder.build()).metrics
+            headline += [Metric(name=f"{key} (completed)", value=completed[key], n=len(finished),
+                                denominator=COMPLETED, method="mean of per-patient values") for key in METRIC_KEYS]
+        groups = [MetricGroup(dimension="pathology", label=label,
+                              metrics=[Metric(name=key, value=values[key], n=int(values["n"]), denominator=PLANNED)
+                                       for key in METRIC_KEYS])
+                  for label, values in report.per_pathology.items()]
+        notes = [] if params.reads_kb else ["The agent did not read the KB's condition lists."]
+        if patients.report.n_skipped:
+            notes.append(patients.report.summary())
+        extras: dict[str, Any] = {
+            "agent": params.agent,
+            "reads_kb": params.reads_kb,
+            "patients": len(patients),
+            "finished": len(finished),
+            "failed": counts.failed,
+            "load_report": patients.report.summary(),
+            "metrics": report.metrics,
+            "per_pathology": report.per_pathology,
+            "reference": REFERENCE_ROWS,
+            "percent_metrics": False,
+        }
+        if completed is not None:
+            extras["metrics_completed"] = completed
+        return RunSummary(
+            benchmark=self.name, title=SPEC.title, counts=counts, headline=headline, groups=groups,
+            reference=[ReferenceRow(label=label, source=REFERENCE_SOURCE, values=values)
+                       for label, values in REFERENCE_ROWS.items()]
+                      + [ReferenceRow(label=label, source=PREPRINT_SOURCE, values=values)
+                         for label, values in PREPRINT_ROWS.items()],
+            notes=notes, extras=extras,
+        )

@@ -1,0 +1,21 @@
+"""The parameters of a DDXPlus run, stored whole with the run (a resume continues exactly these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from medeval_core.benchmark import RunParams
+
+BUILT_IN_AGENTS = ("kb-bayes", "llm")
+
+
+class DDXPlusParams(RunParams):
+    patients: str = Field(description="DDXPlus patients CSV or release zip to question (absolute path)")
+    train: str | None = Field(default=None, description="training patients (likelihoods, learnt differential)")
+    kb: str = Field(description="folder with release_evidences.json and release_conditions.json")
+    agent: str = Field(description="kb-bayes, llm, or an import path 'package.module:Class' of your own agent")
+    limit: int | None = Field(default=None, ge=1, description="question only the first N loaded patients")
+    agent_params: dict[str, Any] = Field(default_factory=dict, description="the agent's own settings")
+    reads_kb: bool = Field(default=False, description="whether the agent read the KB's condition lists")
