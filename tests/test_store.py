@@ -90,7 +90,7 @@ def test_turns_judgements_and_annotations_are_stored(store: Store) -> None:
     store.add_annotation(Annotation(item_id="i1", annotator="dr-a", task="pairwise", criterion="accuracy", value="A"))
     store.add_annotation(Annotation(item_id="i1", annotator="dr-a", task="pairwise", criterion="accuracy", value="B"))
     assert [a.value for a in store.annotations("pairwise")] == ["A", "B"]  # edits append, never overwrite
-    assert store.counts() == {"runs": 1, "case_results": 0, "judgements": 2, "annotations": 2}
+    assert store.counts() == {"runs": 1, "case_results": 0, "judgements": 2, "model_calls": 0, "annotations": 2}
 
 
 def test_a_dialogue_is_written_whole_or_not_at_all(store: Store) -> None:

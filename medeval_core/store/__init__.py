@@ -2,6 +2,8 @@
 
 SQLite (WAL, foreign keys on) is the default; any SQLAlchemy URL works through ``MEDEVAL_DB_URL``. The unique
 key on (run, case, repetition) is what makes resume idempotent: a finished case can never be written twice.
+The schema is under Alembic (``migrations/``): opening a ``Store`` upgrades an older database to head, keeping
+its rows; ``upgrade(url)`` does the same without opening one.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, UniqueConstraint, event, func
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import JSON, Column, UniqueConstraint, event, func, text
+from sqlalchemy.engine import Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -32,6 +34,7 @@ from medeval_core.records import (
     Turn,
     utc_now,
 )
+from medeval_core.store.migrations import ensure_schema, upgrade
 
 
 class StoreError(RuntimeError):
@@ -48,7 +51,7 @@ class RunRow(SQLModel, table=True):
     id: str = Field(primary_key=True)
     benchmark: str = Field(index=True)
     label: str = ""
-    kind: str = Field(default=RunKind.BATCH, index=True)
+    kind: str = Field(default=RunKind.BATCH, index=True, sa_column_kwargs={"server_default": RunKind.BATCH.value})
     source_run_id: str | None = Field(default=None, index=True)
     status: str = Field(default=RunStatus.PENDING, index=True)
     config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
@@ -73,7 +76,8 @@ class CaseResultRow(SQLModel, table=True):
     status: str
     output: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    scores: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    scores: dict[str, Any] = Field(default_factory=dict,
+                                   sa_column=Column(JSON, nullable=False, server_default=text("'{}'")))
     error: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -181,7 +185,10 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
-        SQLModel.metadata.create_all(self.engine)
+        try:
+            self.schema_action = ensure_schema(self.engine, SQLModel.metadata)
+        except Exception as exc:
+            raise StoreError(f"Could not bring the database {redact_url(url)} to medeval's schema: {exc}") from exc
         self._write_lock = threading.Lock()
 
     @contextmanager
@@ -347,18 +354,46 @@ class Store:
         return written
 
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
-        statement = select(CaseResultRow).where(CaseResultRow.run_id == run_id).order_by(CaseResultRow.id)
+        """A run's results in insertion order. Read with SQLAlchemy Core and built without re-validation (the rows
+        were validated on the way in): 100,000 results load in well under a second."""
+        table = CaseResultRow.__table__
+        statement = select(*(table.c[name] for name in _RESULT_FIELDS)).where(table.c.run_id == run_id)
         if status is not None:
-            statement = statement.where(CaseResultRow.status == status)
-        with self.session() as session:
-            return [row.to_record() for row in session.exec(statement)]
+            statement = statement.where(table.c.status == status)
+        with self.engine.connect() as connection:
+            rows = connection.execute(statement.order_by(table.c.id)).all()
+        return [_result_record(row) for row in rows]
+
+    def results_frame(self, run_id: str) -> Any:
+        """A run's finished results as a pandas DataFrame: case_id, repetition, then one column per metric."""
+        import pandas as pd
+
+        table = CaseResultRow.__table__
+        statement = (select(table.c.case_id, table.c.repetition, table.c.metrics)
+                     .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK).order_by(table.c.id))
+        with self.engine.connect() as connection:
+            rows = connection.execute(statement).all()
+        frame = pd.DataFrame.from_records([row.metrics for row in rows])
+        frame.insert(0, "repetition", [row.repetition for row in rows])
+        frame.insert(0, "case_id", [row.case_id for row in rows])
+        return frame
+
+    def results_stamp(self, run_id: str) -> tuple[int, int | None]:
+        """(number of results, newest row id) of a run: changes whenever a result is added or replaced, so it
+        keys caches of summaries."""
+        table = CaseResultRow.__table__
+        with self.engine.connect() as connection:
+            count, newest = connection.execute(
+                select(func.count(), func.max(table.c.id)).where(table.c.run_id == run_id)).one()
+        return int(count), newest
 
     def result(self, run_id: str, case_id: str, repetition: int = 0) -> CaseResult | None:
-        statement = select(CaseResultRow).where(CaseResultRow.run_id == run_id, CaseResultRow.case_id == case_id,
-                                                CaseResultRow.repetition == repetition)
-        with self.session() as session:
-            row = session.exec(statement).first()
-        return row.to_record() if row is not None else None
+        table = CaseResultRow.__table__
+        statement = select(*(table.c[name] for name in _RESULT_FIELDS)).where(
+            table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition)
+        with self.engine.connect() as connection:
+            row = connection.execute(statement).first()
+        return _result_record(row) if row is not None else None
 
     def finished_keys(self, run_id: str) -> set[tuple[str, int]]:
         statement = select(CaseResultRow.case_id, CaseResultRow.repetition).where(
@@ -445,9 +480,27 @@ class Store:
             return {name: session.exec(select(func.count()).select_from(table)).one() for name, table in tables.items()}
 
 
+_RESULT_FIELDS = tuple(CaseResult.model_fields)
+_STATUSES = {status.value: status for status in CaseStatus}
+
+
+def _result_record(row: Row[Any]) -> CaseResult:
+    values = row._asdict()
+    values["status"] = _STATUSES.get(values["status"], values["status"])
+    for name in ("output", "metrics", "scores"):
+        if values[name] is None:
+            values[name] = {}
+    return CaseResult.model_construct(**values)
+
+
 def new_run_id(benchmark: str) -> str:
     return f"{benchmark}-{utc_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
+
+__all__ = [
+    "AnnotationRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow", "RunRow", "Store",
+    "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store", "redact_url", "upgrade",
+]
 
 _stores: dict[str, Store] = {}
 _stores_lock = threading.Lock()

@@ -1,0 +1,131 @@
+"""Alembic manages the store's schema: a database from before Alembic (commit 6a1c789) is upgraded in place with
+every row kept, a new one is created at head, and the migrations end at exactly the models' schema."""
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from medeval_core.records import CaseRecords, CaseResult, CaseStatus, ModelCall, RunKind
+from medeval_core.store import SQLModel, Store, upgrade
+from medeval_core.store.migrations import BASELINE, HEAD, MIGRATIONS_DIR, alembic_config
+
+OLD_SCHEMA = Path(__file__).resolve().parent / "data" / "store_6a1c789.sql"
+OLD_ROWS = {"runs": 2, "case_results": 3, "turns": 2, "judgements": 1, "annotations": 1}
+
+
+def old_database(tmp_path: Path) -> str:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as connection:
+        connection.executescript(OLD_SCHEMA.read_text())
+    return f"sqlite:///{path}"
+
+
+def table_rows(url: str, table: str) -> list[tuple]:
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        rows = [tuple(row) for row in connection.execute(text(f'SELECT * FROM "{table}" ORDER BY 1'))]
+    engine.dispose()
+    return rows
+
+
+def schema_differences(url: str) -> list:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
+    engine.dispose()
+    return differences
+
+
+def test_head_constant_is_the_newest_revision() -> None:
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    assert scripts.get_current_head() == HEAD
+    assert [r.revision for r in scripts.walk_revisions()][-1] == BASELINE
+    assert (MIGRATIONS_DIR / "versions" / "__init__.py").exists()  # so the revisions install with the package
+
+
+def test_a_database_from_before_alembic_is_upgraded_keeping_every_row(tmp_path: Path) -> None:
+    url = old_database(tmp_path)
+    before = {table: table_rows(url, table) for table in OLD_ROWS}
+    assert {table: len(rows) for table, rows in before.items()} == OLD_ROWS
+
+    store = Store(url)
+    assert store.schema_action == "upgraded"
+    columns = {table: {c["name"] for c in inspect(store.engine).get_columns(table)} for table in OLD_ROWS}
+    assert {"kind", "source_run_id"} <= columns["runs"] and "scores" in columns["case_results"]
+    assert "model_calls" in inspect(store.engine).get_table_names()
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+    for table, rows in before.items():
+        after = table_rows(url, table)
+        assert len(after) == len(rows)
+        # The old columns keep their values; added columns come last, with their defaults.
+        assert [row[:len(rows[0])] for row in after] == rows
+    assert {run.id: run.kind for run in store.list_runs()} == {"ddi-old-1": RunKind.BATCH,
+                                                              "ddxplus-old-2": RunKind.BATCH}
+    [first, failed] = store.results("ddi-old-1")
+    assert first.metrics == {"correct": True} and first.scores == {} and first.status == CaseStatus.OK
+    assert failed.status == CaseStatus.FAILED and failed.error == "boom"
+    assert [t.payload for t in store.turns("ddxplus-old-2", "p1")] == [{"q": "E_0"}, {"q": "E_1"}]
+
+    # The upgraded database takes the new records.
+    retry = CaseResult(run_id="ddi-old-1", case_id="c2", status=CaseStatus.OK, metrics={"correct": False},
+                       scores={"correct": {"value": False}})
+    call = ModelCall(run_id="ddi-old-1", case_id="c2", role="vlm", model="m", messages_sha256="0" * 64,
+                     latency_s=0.1)
+    assert store.save_case_records([CaseRecords(result=retry, model_calls=[call])]) == [True]
+    assert store.result("ddi-old-1", "c2").scores == {"correct": {"value": False}}
+    assert len(store.model_calls("ddi-old-1")) == 1
+    store.engine.dispose()
+
+    again = Store(url)  # idempotent: nothing to do the second time
+    assert again.schema_action == "current"
+    assert len(again.results("ddi-old-1")) == 2 and again.counts()["runs"] == 2
+    again.engine.dispose()
+    assert schema_differences(url) == []
+
+
+def test_upgrade_function_without_a_store(tmp_path: Path) -> None:
+    url = old_database(tmp_path)
+    assert upgrade(url) == "upgraded"
+    assert upgrade(url) == "current"
+    assert len(table_rows(url, "case_results")) == 3
+
+
+def test_the_migrations_build_exactly_the_models_schema(tmp_path: Path) -> None:
+    from alembic import command
+
+    url = f"sqlite:///{tmp_path / 'migrated.db'}"
+    command.upgrade(alembic_config(url=url), "head")
+    assert schema_differences(url) == []
+    assert Store(url).schema_action == "current"
+
+
+def test_a_new_database_is_created_at_head_cheaply(tmp_path: Path) -> None:
+    started = time.perf_counter()
+    stores = [Store(f"sqlite:///{tmp_path / f'new-{i}.db'}") for i in range(5)]
+    elapsed = (time.perf_counter() - started) / len(stores)
+    assert {store.schema_action for store in stores} == {"created"}
+    with stores[0].engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+    assert schema_differences(stores[0].url) == []
+    reopened = Store(stores[0].url)
+    assert reopened.schema_action == "current"
+    assert elapsed < 0.5, f"Store() on a new database took {elapsed:.3f}s"
+
+
+def test_a_database_with_only_some_tables_is_refused(tmp_path: Path) -> None:
+    from medeval_core.store import StoreError
+
+    path = tmp_path / "odd.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE runs (id VARCHAR PRIMARY KEY)")
+    with pytest.raises(StoreError, match="not a medeval store"):
+        Store(f"sqlite:///{path}")
