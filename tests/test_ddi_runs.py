@@ -1,4 +1,5 @@
-"""DDI batch scoring end to end through the CLI: model stage, judge stage, resume, summaries, judge-only."""
+"""DDI batch scoring end to end through the CLI: model run, judge score run, resume, summaries, judge-only, a second
+judge over the same stored responses, and the model calls stored for the vision backend and the judge."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import pandas as pd
 import pytest
 
 from medeval_core import context
+from medeval_core import service
+from medeval_core.benchmarks.ddi.benchmark import ChunkBatcher, DdiOutput, Generated
 from medeval_core.benchmarks.ddi.cases import DdiCase
-from medeval_core.benchmarks.ddi.plan import ChunkBatcher
 from medeval_core.cli import main
-from medeval_core.records import CaseStatus
+from medeval_core.records import CaseStatus, RunKind
 from tests.ddi_fixtures import FixtureCase, make_ddi_folder, responder_by_colour
 from tests.fake_openai import FakeOpenAI, RecordedRequest, verdict_reply
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
@@ -79,8 +81,9 @@ def test_open_run_with_an_endpoint_model_and_the_offline_judge(
     assert sorted(j.case_id for j in judgements) == [c.ddi_id for c in cases]
     assert all(j.ok and j.judge_name == "offline-rules-v1" for j in judgements)
     injected = next(r for r in store.results(judge_run) if r.case_id == "4")
-    assert injected.metrics["correct"] is False and injected.output["predicted_diagnosis"].lower() == "psoriasis"
-    model_summary = store.get_run(report["model_run"]["run_id"]).summary
+    assert injected.metrics["correct"] is False
+    assert injected.scores["correct"]["provenance"]["predicted_diagnosis"].lower() == "psoriasis"
+    model_summary = store.get_run(report["model_run"]["run_id"]).summary["extras"]
     assert model_summary["backend"]["base_url"] == url and model_summary["responses"] == 6
 
 
@@ -98,7 +101,7 @@ def test_tiny_transformers_model_runs_reproducibly(
     assert first["summary"]["judged"] + first["summary"]["failed"] == 6
     assert second["judge_run"]["run_id"] == "tiny-b-judge"
     model_run = store.get_run("tiny-a")
-    worker = model_run.summary["backend"]["workers"][0]
+    worker = model_run.summary["extras"]["backend"]["workers"][0]
     assert (worker["device"], worker["dtype"], worker["attention"]) == ("cpu", "float32", "sdpa")
     params = model_run.config["params"]
     assert params["generation"]["batch_size"] == 2 and params["generation"]["do_sample"] is True
@@ -120,13 +123,13 @@ def test_failed_cases_are_counted_and_both_stages_resume(
         (model_failure,) = store.results("ddi-resume", status=CaseStatus.FAILED)
         assert "not an image" in model_failure.error
         (judge_failure,) = store.results("ddi-resume-judge", status=CaseStatus.FAILED)
-        assert "No model response for 3" in judge_failure.error and "resume that run" in judge_failure.error
+        assert "no finished output for 3" in judge_failure.error and "resume that run" in judge_failure.error
 
         (folder / "000003.png").write_bytes(good)
         assert cli_json(capsys, "resume", "ddi-resume")["done"] == 6
         assert cli_json(capsys, "resume", "ddi-resume-judge")["done"] == 6
     assert len(server.chat_requests()) == 6  # the five finished images were not generated again
-    summary = context.current_store().get_run("ddi-resume-judge").summary
+    summary = context.current_store().get_run("ddi-resume-judge").summary["extras"]
     assert (summary["judged"], summary["failed"], summary["pending"], summary["correct"]) == (6, 0, 0, 4)
 
 
@@ -226,25 +229,29 @@ def test_judge_only_with_an_llm_judge_stores_every_attempt(
     assert all(r.body["model"] == "judge-llm" for r in server.chat_requests())
 
 
+class _Ctx:
+    """Just enough of a CaseContext for the batcher (it reads the repetition)."""
+
+    repetition = 0
+
+
 def test_chunk_batcher_generates_each_batch_once_and_isolates_failures() -> None:
     cases = [DdiCase(case_id=str(i), image_path="", reference="x") for i in range(5)]
     calls: list[list[str]] = []
 
-    def produce(chunk: list[DdiCase]) -> dict[str, dict[str, Any] | Exception]:
+    def produce(chunk: list[DdiCase], ctx: Any) -> dict[str, Generated]:
         calls.append([c.case_id for c in chunk])
         time.sleep(0.05)
         if chunk[0].case_id == "2":
-            return {c.case_id: RuntimeError("out of memory") for c in chunk}
-        return {c.case_id: {"response": f"r{c.case_id}"} for c in chunk}
+            return {c.case_id: Generated(error=RuntimeError("out of memory")) for c in chunk}
+        return {c.case_id: Generated(output=DdiOutput(response=f"r{c.case_id}")) for c in chunk}
 
-    batcher = ChunkBatcher(cases, 2, produce)
+    batcher = ChunkBatcher.over(cases, cases, 2, produce)
     outputs: dict[str, Any] = {}
 
     def ask(case: DdiCase) -> None:
-        try:
-            outputs[case.case_id] = batcher.output(case)["response"]
-        except RuntimeError as exc:
-            outputs[case.case_id] = str(exc)
+        share = batcher.get(case, _Ctx())  # type: ignore[arg-type]
+        outputs[case.case_id] = str(share.error) if share.error else share.output.response
 
     threads = [threading.Thread(target=ask, args=(case,)) for case in cases]
     for thread in threads:
@@ -253,6 +260,22 @@ def test_chunk_batcher_generates_each_batch_once_and_isolates_failures() -> None
         thread.join()
     assert sorted(calls) == [["0", "1"], ["2", "3"], ["4"]]
     assert outputs == {"0": "r0", "1": "r1", "2": "out of memory", "3": "out of memory", "4": "r4"}
+
+
+def test_chunk_batcher_on_resume_keeps_the_fixed_batches_minus_finished_cases() -> None:
+    cases = [DdiCase(case_id=str(i), image_path="", reference="x") for i in range(6)]
+    calls: list[list[str]] = []
+
+    def produce(chunk: list[DdiCase], ctx: Any) -> dict[str, Generated]:
+        calls.append([c.case_id for c in chunk])
+        return {c.case_id: Generated(output=DdiOutput(response="r")) for c in chunk}
+
+    todo = [case for case in cases if case.case_id not in {"1", "2"}]
+    batcher = ChunkBatcher.over(cases, todo, 3, produce)
+    for case in todo:
+        batcher.get(case, _Ctx())  # type: ignore[arg-type]
+    # Batches stay [0 1 2] [3 4 5]: the interrupted first batch is the only one whose composition differs.
+    assert calls == [["0"], ["3", "4", "5"]]
 
 
 def test_judge_only_accepts_ddi_column_names_and_resume_uses_the_chosen_concurrency(
@@ -268,10 +291,7 @@ def test_judge_only_accepts_ddi_column_names_and_resume_uses_the_chosen_concurre
     verdicts = {r.case_id: r.metrics["correct"] for r in context.current_store().results(run_id)}
     assert verdicts == {"000001.png": True, "000002.png": False}
 
-    from medeval_core import benchmarks
-    from medeval_core.records import RunConfig
-
-    stored = RunConfig.model_validate(context.current_store().get_run(run_id).config)
-    assert benchmarks.plan_for(stored, context.current_settings()).workers == 3  # what `resume` will use
+    stored = context.current_store().get_run(run_id).config
+    assert stored["kind"] == RunKind.SCORE and stored["params"]["workers"] == 3  # what `resume` will use
     assert main(["judge", "ddi", "--responses", str(responses), "--concurrency", "0"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err

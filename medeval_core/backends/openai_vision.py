@@ -18,7 +18,7 @@ from typing import Any
 from PIL import Image
 
 from medeval_core.backends.openai_client import CompletionClient
-from medeval_core.backends.vlm import VlmBackendError, VlmPrompt, chat_messages, check_pairs
+from medeval_core.backends.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
 from medeval_core.settings import GenerationSettings
 """429, 5xx, and connection failures (``APITimeoutError`` is a connection error subclass)."""
 
@@ -65,16 +65,19 @@ class OpenAIVisionBackend:
     def messages(self, image: Image.Image, prompt: VlmPrompt) -> list[dict[str, Any]]:
         return chat_messages(prompt, {"type": "image_url", "image_url": {"url": image_data_url(image)}})
 
-    def _complete(self, image: Image.Image, prompt: VlmPrompt, settings: GenerationSettings) -> str:
-        return self._client.complete(self.messages(image, prompt), **request_parameters(settings))
+    def _complete(self, image: Image.Image, prompt: VlmPrompt, settings: GenerationSettings,
+                  on_call: CallRecorder | None = None) -> str:
+        return self._client.complete(self.messages(image, prompt), role="vlm", on_call=on_call,
+                                     **request_parameters(settings))
 
     def generate(self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt],
-                 settings: GenerationSettings) -> list[str]:
-        check_pairs(images, prompts)
+                 settings: GenerationSettings, recorders: Sequence[CallRecorder | None] | None = None) -> list[str]:
+        calls = check_pairs(images, prompts, recorders)
+        triples = list(zip(images, prompts, calls, strict=True))
         if len(images) <= 1:
-            return [self._complete(image, prompt, settings) for image, prompt in zip(images, prompts, strict=True)]
+            return [self._complete(image, prompt, settings, call) for image, prompt, call in triples]
         with ThreadPoolExecutor(max_workers=min(len(images), settings.batch_size)) as pool:
-            return list(pool.map(lambda pair: self._complete(pair[0], pair[1], settings), zip(images, prompts)))
+            return list(pool.map(lambda triple: self._complete(triple[0], triple[1], settings, triple[2]), triples))
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -29,7 +29,9 @@ from PIL import Image
 from pydantic import BaseModel
 from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
 
-from medeval_core.backends.vlm import VlmBackendError, VlmPrompt, chat_messages, check_pairs
+from medeval_core.backends.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
+from medeval_core.benchmark import messages_sha256
+from medeval_core.records import ModelCall
 from medeval_core.settings import GenerationSettings
 
 logger = logging.getLogger(__name__)
@@ -355,8 +357,21 @@ class QwenTransformersBackend:
         return [worker.report for worker in self.workers()]
 
     def generate(self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt],
-                 settings: GenerationSettings) -> list[str]:
-        check_pairs(images, prompts)
+                 settings: GenerationSettings, recorders: Sequence[CallRecorder | None] | None = None) -> list[str]:
+        """Batches of ``settings.batch_size``; each image's recorder gets one ``ModelCall`` (its batch's latency,
+        its prompt's sha256; no tokens are counted for a local model)."""
+        calls = check_pairs(images, prompts, recorders)
+        started = time.monotonic()
+        texts = self._generate(images, prompts, settings)
+        latency = time.monotonic() - started
+        for prompt, call in zip(prompts, calls, strict=True):
+            if call is not None:
+                call(ModelCall(role="vlm", model=self.model, messages_sha256=messages_sha256(prompt.model_dump()),
+                               latency_s=latency))
+        return texts
+
+    def _generate(self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt],
+                  settings: GenerationSettings) -> list[str]:
         workers = self.workers()
         size = settings.batch_size
         chunks = [(images[i:i + size], prompts[i:i + size]) for i in range(0, len(images), size)]

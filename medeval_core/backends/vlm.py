@@ -8,13 +8,17 @@ import torch, so the CLI and the app start quickly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict
 
+from medeval_core.records import ModelCall
 from medeval_core.settings import GenerationSettings, Settings
+
+CallRecorder = Callable[[ModelCall], None]
+"""Receives the ``ModelCall`` records of one image's request (``CaseContext.record_model_call``)."""
 
 
 class VlmPrompt(BaseModel):
@@ -47,9 +51,11 @@ class VlmBackend(Protocol):
     model: str
 
     def generate(
-        self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt], settings: GenerationSettings
+        self, images: Sequence[Image.Image], prompts: Sequence[VlmPrompt], settings: GenerationSettings,
+        recorders: Sequence[CallRecorder | None] | None = None,
     ) -> list[str]:
-        """One text per (image, prompt) pair, in order. The batch size and sampling come from ``settings``."""
+        """One text per (image, prompt) pair, in order. The batch size and sampling come from ``settings``;
+        ``recorders`` (one per image) receive every model call made for that image, as role ``vlm``."""
         ...
 
     @property
@@ -62,9 +68,16 @@ class VlmBackend(Protocol):
         ...
 
 
-def check_pairs(images: Sequence[Image.Image], prompts: Sequence[VlmPrompt]) -> None:
+def check_pairs(images: Sequence[Image.Image], prompts: Sequence[VlmPrompt],
+                recorders: Sequence[CallRecorder | None] | None = None) -> list[CallRecorder | None]:
+    """Checks one prompt (and one recorder, when given) per image; returns the recorders, one per image."""
     if len(images) != len(prompts):
         raise ValueError(f"Got {len(images)} images but {len(prompts)} prompts; pass one prompt per image.")
+    if recorders is None:
+        return [None] * len(images)
+    if len(recorders) != len(images):
+        raise ValueError(f"Got {len(images)} images but {len(recorders)} call recorders.")
+    return list(recorders)
 
 
 def chat_messages(prompt: VlmPrompt, image_part: dict[str, Any]) -> list[dict[str, Any]]:

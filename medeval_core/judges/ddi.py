@@ -1,24 +1,21 @@
 """The DDI judge interface: one verdict per (reference, response), from the LLM judge or the offline rules.
 
-Everything else (the lesion page, ``run ddi``, ``judge ddi``) uses only this module: ``make_ddi_judge`` picks the
-implementation from the settings, ``judge_many`` judges a batch with the judge's own concurrency, and
-``record_attempts`` stores every attempt (failed ones too) as a ``Judgement``.
+Everything else (the lesion page, the ``ddi-judge`` scorer of score runs) uses only this module: ``make_ddi_judge``
+picks the implementation from the settings, and ``attempt_recorder`` turns every attempt (failed ones too) into a
+``Judgement`` handed to a ``CaseContext`` (which stores it with the case result). Batches are judged by the batch
+runner (a score run with the judge's concurrency as its workers), not here.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from medeval_core.metrics.stats import wilson_interval
-from medeval_core.records import Judgement
+from medeval_core.records import Judgement, ModelCall
 from medeval_core.settings import Settings, SettingsError, api_key
-from medeval_core.store import Store
 
 
 class JudgeError(RuntimeError):
@@ -58,7 +55,7 @@ class DdiJudgeItem(BaseModel):
 
 
 class JudgeAttempt(BaseModel):
-    """One try at judging one item; what ``record_attempts`` stores."""
+    """One try at judging one item; what ``judgement_of`` records."""
 
     attempt: int = Field(ge=1)
     ok: bool
@@ -69,6 +66,7 @@ class JudgeAttempt(BaseModel):
 
 
 AttemptCallback = Callable[[JudgeAttempt], None]
+CallCallback = Callable[[ModelCall], None]
 
 
 class DdiJudge(Protocol):
@@ -78,8 +76,10 @@ class DdiJudge(Protocol):
     concurrency: int
     progress_every: int
 
-    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None) -> DdiVerdict:
-        """The verdict, or ``JudgeError`` once the retries are spent; ``on_attempt`` sees every attempt."""
+    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None,
+              on_call: CallCallback | None = None) -> DdiVerdict:
+        """The verdict, or ``JudgeError`` once the retries are spent; ``on_attempt`` sees every attempt, and
+        ``on_call`` every request sent to a model (none for the offline rules)."""
         ...
 
 
@@ -116,19 +116,20 @@ def make_ddi_judge(
                                         api_key=key)
 
 
-def record_attempts(store: Store, run_id: str | None, judge: DdiJudge, case_id: str,
-                    repetition: int = 0) -> AttemptCallback:
-    """An ``on_attempt`` callback that stores each attempt as a ``Judgement`` (no key or prompt is stored)."""
+def judgement_of(judge: DdiJudge, attempt: JudgeAttempt) -> Judgement:
+    """One attempt as the ``Judgement`` record (no key or prompt is stored); the context fills in run and case."""
+    return Judgement(
+        case_id="", judge_name=judge.name, judge_model=judge.model, attempt=attempt.attempt, ok=attempt.ok,
+        verdict=attempt.verdict.model_dump() if attempt.verdict else {}, latency_s=attempt.latency_s,
+        http_status=attempt.http_status, error=attempt.error,
+    )
+
+
+def attempt_recorder(judge: DdiJudge, record: Callable[[Judgement], None]) -> AttemptCallback:
+    """An ``on_attempt`` callback that hands each attempt to ``record`` (``CaseContext.record_judgement``)."""
 
     def store_attempt(attempt: JudgeAttempt) -> None:
-        store.add_judgement(
-            Judgement(
-                run_id=run_id, case_id=case_id, repetition=repetition, judge_name=judge.name,
-                judge_model=judge.model, attempt=attempt.attempt, ok=attempt.ok,
-                verdict=attempt.verdict.model_dump() if attempt.verdict else {},
-                latency_s=attempt.latency_s, http_status=attempt.http_status, error=attempt.error,
-            )
-        )
+        record(judgement_of(judge, attempt))
 
     return store_attempt
 
@@ -154,78 +155,3 @@ def accuracy_summary(expected: int, judged: int, correct: int, failed: int) -> d
         "accuracy_judged": correct / judged if judged else None,
         "accuracy_judged_wilson95": list(wilson_interval(correct, judged)) if judged else None,
     }
-
-
-class JudgeProgress(BaseModel):
-    total: int
-    done: int
-    judged: int
-    failed: int
-    elapsed_s: float
-
-
-class JudgeBatchReport(BaseModel):
-    judge_name: str
-    judge_model: str
-    total: int
-    verdicts: dict[str, DdiVerdict]
-    errors: dict[str, str]
-    elapsed_s: float
-
-    def summary(self) -> dict[str, Any]:
-        correct = sum(verdict.correct for verdict in self.verdicts.values())
-        return {
-            "judge": self.judge_name,
-            "judge_model": self.judge_model,
-            **accuracy_summary(self.total, len(self.verdicts), correct, len(self.errors)),
-        }
-
-
-def judge_many(
-    judge: DdiJudge,
-    items: Iterable[DdiJudgeItem],
-    *,
-    store: Store | None = None,
-    run_id: str | None = None,
-    on_progress: Callable[[JudgeProgress], None] | None = None,
-    concurrency: int | None = None,
-) -> JudgeBatchReport:
-    """Judge every item with ``concurrency`` (default: the judge's) workers; a case that fails ends in ``errors``.
-
-    Progress is reported every ``judge.progress_every`` completed cases and once at the end. With a store, every
-    attempt is stored under ``run_id``.
-    """
-    batch = list(items)
-    ids = [item.case_id for item in batch]
-    if len(set(ids)) != len(ids):
-        raise ValueError("Each item needs its own case_id; the batch repeats some.")
-    verdicts: dict[str, DdiVerdict] = {}
-    errors: dict[str, str] = {}
-    lock = threading.Lock()
-    started = time.monotonic()
-
-    def progress() -> JudgeProgress:
-        return JudgeProgress(total=len(batch), done=len(verdicts) + len(errors), judged=len(verdicts),
-                             failed=len(errors), elapsed_s=time.monotonic() - started)
-
-    def one(item: DdiJudgeItem) -> None:
-        callback = record_attempts(store, run_id, judge, item.case_id) if store is not None else None
-        try:
-            verdict = judge.judge(item, on_attempt=callback)
-        except JudgeError as exc:
-            outcome: tuple[str, Any] = ("error", str(exc))
-        else:
-            outcome = ("verdict", verdict)
-        with lock:
-            (verdicts if outcome[0] == "verdict" else errors)[item.case_id] = outcome[1]
-            snapshot = progress()
-        if on_progress is not None and snapshot.done % judge.progress_every == 0 and snapshot.done < len(batch):
-            on_progress(snapshot)
-
-    with ThreadPoolExecutor(max_workers=concurrency or judge.concurrency, thread_name_prefix="ddi-judge") as pool:
-        for future in [pool.submit(one, item) for item in batch]:
-            future.result()
-    if on_progress is not None:
-        on_progress(progress())
-    return JudgeBatchReport(judge_name=judge.name, judge_model=judge.model, total=len(batch), verdicts=verdicts,
-                            errors=errors, elapsed_s=time.monotonic() - started)

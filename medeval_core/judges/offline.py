@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from medeval_core.judges.ddi import AttemptCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt
+from medeval_core.judges.ddi import AttemptCallback, CallCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt
 from medeval_core.prompts import load_json, prompt_path
 from medeval_core.settings import Settings, fingerprint
 
@@ -189,7 +189,9 @@ class OfflineDdiJudge:
             raise ValueError(f"{prompt_path(VOCABULARY, prompts_dir, '.json')} must hold a JSON object.")
         return cls(Vocabulary(data), fingerprint(data), progress_every, tail_characters)
 
-    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None) -> DdiVerdict:
+    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None,
+              on_call: CallCallback | None = None) -> DdiVerdict:
+        """Rules only: no model is called, so ``on_call`` never fires."""
         started = time.monotonic()
         # The same view of the response as the LLM judge gets: only its final characters.
         verdict = self.verdict(item.reference, item.response[-self.tail_characters:])

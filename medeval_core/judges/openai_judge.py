@@ -18,9 +18,18 @@ from openai import OpenAI
 from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-from medeval_core.judges.ddi import AttemptCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt, JudgeError
+from medeval_core.benchmark import messages_sha256
+from medeval_core.judges.ddi import (
+    AttemptCallback,
+    CallCallback,
+    DdiJudgeItem,
+    DdiVerdict,
+    JudgeAttempt,
+    JudgeError,
+)
 from medeval_core.judges.ratelimit import SlidingWindowLimiter
 from medeval_core.prompts import fill, load_prompt
+from medeval_core.records import ModelCall
 from medeval_core.settings import JudgeRequestSettings, Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -146,7 +155,8 @@ class OpenAIDdiJudge:
             "extra_body": self.request.extra_body,
         }
 
-    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None) -> DdiVerdict:
+    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None,
+              on_call: CallCallback | None = None) -> DdiVerdict:
         body = self.request_body(item)
         tokens = estimate_tokens(body["messages"], self.request.max_tokens)
         if tokens > self.limiter.max_tokens:
@@ -167,27 +177,50 @@ class OpenAIDdiJudge:
             for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    verdict = self._attempt(body, tokens, attempts, on_attempt)
+                    verdict = self._attempt(body, tokens, attempts, on_attempt, on_call)
         except (openai.OpenAIError, InvalidVerdictError) as exc:
             kind = "after" if is_retryable(exc) else "(not retryable) after"
             raise JudgeError(f"No valid verdict {kind} {attempts} attempt(s): {describe(exc)}") from exc
         return verdict
 
-    def _attempt(self, body: dict[str, Any], tokens: int, number: int,
-                 on_attempt: AttemptCallback | None) -> DdiVerdict:
+    def _attempt(self, body: dict[str, Any], tokens: int, number: int, on_attempt: AttemptCallback | None,
+                 on_call: CallCallback | None = None) -> DdiVerdict:
         self.limiter.acquire(tokens)
         started = time.monotonic()
         status: int | None = None
+        usage: Any = None
         try:
             raw = self._client.chat.completions.with_raw_response.create(**body)
             status = raw.status_code
-            verdict = parse_verdict(message_content(raw))
+            content = message_content(raw)
+            usage = _usage(raw)
+            verdict = parse_verdict(content)
         except (openai.OpenAIError, InvalidVerdictError) as exc:
+            latency = time.monotonic() - started
+            if on_call is not None:
+                on_call(self._call(body, number, latency, usage, error=describe(exc, 200)))
             if on_attempt is not None:
-                on_attempt(JudgeAttempt(attempt=number, ok=False, latency_s=time.monotonic() - started,
+                on_attempt(JudgeAttempt(attempt=number, ok=False, latency_s=latency,
                                         http_status=getattr(exc, "status_code", status), error=describe(exc)))
             raise
+        if on_call is not None:
+            on_call(self._call(body, number, time.monotonic() - started, usage))
         if on_attempt is not None:
             on_attempt(JudgeAttempt(attempt=number, ok=True, verdict=verdict, latency_s=time.monotonic() - started,
                                     http_status=status))
         return verdict
+
+    def _call(self, body: dict[str, Any], number: int, latency_s: float, usage: Any,
+              error: str | None = None) -> ModelCall:
+        """One request as a ``ModelCall`` of the ``judge`` role: the exact messages' sha256, latency, tokens."""
+        return ModelCall(role="judge", model=self.model, messages_sha256=messages_sha256(body["messages"]),
+                         latency_s=latency_s, attempt=number, ok=error is None, error=error,
+                         prompt_tokens=getattr(usage, "prompt_tokens", None),
+                         completion_tokens=getattr(usage, "completion_tokens", None))
+
+
+def _usage(raw: Any) -> Any:
+    try:
+        return getattr(raw.parse(), "usage", None)
+    except (ValueError, AttributeError, TypeError):
+        return None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from medeval_core.benchmarks import PlanError
+from medeval_core.benchmark import BenchmarkError
 from medeval_core.records import Case
 
 DDI_METADATA = "ddi_metadata.csv"
@@ -25,7 +25,7 @@ _TRUE = {"true", "1", "yes", "malignant"}
 _FALSE = {"false", "0", "no", "benign"}
 
 
-class CaseSourceError(PlanError):
+class CaseSourceError(BenchmarkError):
     """The folder or CSV cannot be read as lesion cases; the message names the fix."""
 
 

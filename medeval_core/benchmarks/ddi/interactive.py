@@ -1,8 +1,8 @@
 """One lesion evaluation from the page: image -> model response (or a pasted one) -> judge -> stored.
 
-Each evaluation is its own ``ddi`` run (stage ``interactive``) with one case result, so it carries its own
-settings, model provenance and judge attempts exactly like a batch run, and the page lists a session's
-evaluations by their run ids.
+Each evaluation is a ``ddi`` session run (``sessions.Session``, kind ``session``, params stage ``interactive``)
+with one case result, so it carries its own settings, model provenance, model calls and judge attempts exactly
+like a batch run, and the page lists a browser session's evaluations by their run ids.
 """
 
 from __future__ import annotations
@@ -14,17 +14,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from medeval_core import jobs
 from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy_settings, make_vlm_backend
+from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi.images import ValidatedImage
-from medeval_core.benchmarks.ddi.plan import DdiParams
+from medeval_core.benchmarks.ddi.params import DdiParams, SessionParams
 from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, match_label, prompt_for, score_label
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, make_ddi_judge, record_attempts
+from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
-from medeval_core.records import CaseResult, CaseStatus, RunStatus, utc_now
+from medeval_core.records import CaseOutcome, utc_now
+from medeval_core.sessions import Session
 from medeval_core.settings import GenerationSettings, Settings
-from medeval_core.store import Store, StoreError, new_run_id
+from medeval_core.store import Store, StoreError
 
 CASE_ID = "lesion"
 
@@ -57,7 +58,7 @@ def final_diagnosis(response: str, mode: Mode, settings: Settings, labels: Seque
 
 
 def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | None, judge: DdiJudge | None,
-             store: Store, run_id: str) -> tuple[dict[str, Any], str]:
+             ctx: CaseContext) -> tuple[dict[str, Any], str]:
     if mode == "classification":
         assert labels is not None
         score = score_label(response, reference, labels)
@@ -70,7 +71,7 @@ def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | 
         return {"predicted_diagnosis": selected or "", "correct": score.correct, "reason": reason}, "exact-label"
     assert judge is not None
     verdict = judge.judge(DdiJudgeItem(case_id=CASE_ID, reference=reference, response=response),
-                          on_attempt=record_attempts(store, run_id, judge, CASE_ID))
+                          on_attempt=attempt_recorder(judge, ctx.record_judgement), on_call=ctx.record_model_call)
     return verdict.model_dump(), judge.name
 
 
@@ -91,51 +92,57 @@ def evaluate_lesion(
     labels = load_labels(DEFAULT_LABELS, settings.prompts_dir) if mode == "classification" else None
     prompt = prompt_for(mode, labels, settings.prompts_dir)
     generation = generation or settings.generation
-    if pasted_response is not None and pasted_response.strip():
-        response, source, model = pasted_response, "pasted", None
-    elif backend is not None and image is not None:
-        response = backend.generate([image.image], [prompt], generation.model_copy(update={"batch_size": 1}))[0]
-        source, model = "model", backend.describe()
-    else:
+    pasted = pasted_response is not None and bool(pasted_response.strip())
+    if not pasted and (backend is None or image is None):
         raise ValueError("Upload an image and configure a model, or paste a model response to judge.")
     if reference is not None and mode == "open" and judge is None:
         raise ValueError("A judge is needed to score an open-ended answer against the reference.")
 
-    run_id = new_run_id("ddi-lesion")
-    params = DdiParams(
-        stage="interactive", mode=mode, labels=labels, session_id=session_id,
-        model_backend=backend.name if source == "model" and backend else None,  # type: ignore[arg-type]
-        model=backend.model if source == "model" and backend else None,
-        generation=generation if source == "model" else None, prompt=prompt if source == "model" else None,
-    )
-    config = jobs.new_run_config("ddi", settings, params.model_dump(mode="json"), label=f"Lesion page ({mode})")
-    store.create_run(config, run_id=run_id, expected_cases=1)
-    store.update_run(run_id, status=RunStatus.RUNNING, started_at=utc_now())
+    from_model = not pasted and backend is not None
+    params = DdiParams(SessionParams(
+        mode=mode, labels=labels, session_id=session_id,
+        model_backend=("openai" if backend.name == "openai" else "transformers") if from_model and backend else None,
+        model=backend.model if from_model and backend else None,
+        generation=generation if from_model else None, prompt=prompt if from_model else None,
+    ))
+    session = Session.open(store, settings, "ddi", params, CASE_ID, label=f"Lesion page ({mode})")
+    ctx = session.context()
+    source: Literal["model", "pasted"] = "pasted"
+    model: dict[str, Any] | None = None
+    try:
+        if pasted:
+            response = pasted_response or ""
+        else:
+            assert backend is not None and image is not None
+            response = backend.generate([image.image], [prompt], generation.model_copy(update={"batch_size": 1}),
+                                        recorders=[ctx.record_model_call])[0]
+            source, model = "model", backend.describe()
+        ctx.record_turn(source, "response", {"chars": len(response)})
+    except Exception as exc:
+        session.fail(f"{type(exc).__name__}: {exc}")
+        raise
 
     verdict: dict[str, Any] | None = None
     judge_name: str | None = None
     judge_error: str | None = None
     if reference is not None:
         try:
-            verdict, judge_name = _verdict(mode, reference, response, labels, judge, store, run_id)
+            verdict, judge_name = _verdict(mode, reference, response, labels, judge, ctx)
         except (JudgeError, ValueError) as exc:
             judge_error = str(exc)
             judge_name = judge.name if judge is not None and mode == "open" else None
     evaluation = LesionEvaluation(
-        run_id=run_id, created_at=utc_now(), mode=mode, image=image.provenance() if image else None,
-        response_source=source, model=model, model_warnings=(model or {}).get("warnings", []),  # type: ignore[arg-type]
+        run_id=session.run_id, created_at=utc_now(), mode=mode, image=image.provenance() if image else None,
+        response_source=source, model=model, model_warnings=(model or {}).get("warnings", []),
         response=response,
         final_diagnosis=(verdict or {}).get("predicted_diagnosis") or final_diagnosis(response, mode, settings, labels),
         reference=reference, verdict=verdict, judge=judge_name, judge_error=judge_error,
     )
-    store.save_result(CaseResult(
-        run_id=run_id, case_id=CASE_ID, status=CaseStatus.FAILED if judge_error else CaseStatus.OK,
-        output=evaluation.model_dump(mode="json"),
-        metrics={"correct": verdict["correct"]} if verdict else {},
-        error=judge_error, started_at=evaluation.created_at, finished_at=utc_now(),
-    ))
-    store.update_run(run_id, status=RunStatus.COMPLETED, finished_at=utc_now(),
-                     summary={"correct": verdict["correct"] if verdict else None, "judge": judge_name})
+    # A judge that gave no verdict leaves the evaluation without a score (the page shows the error).
+    session.finish(CaseOutcome(output=evaluation.model_dump(mode="json"),
+                               metrics={"correct": verdict["correct"]} if verdict else {}),
+                   summary={"correct": verdict["correct"] if verdict else None, "judge": judge_name,
+                            "judge_error": judge_error})
     return evaluation
 
 

@@ -1,44 +1,54 @@
-"""Run-level DDI scores: accuracy over expected and over judged cases with Wilson intervals, by skin tone and by
-malignancy, and for classification a confusion matrix in the label space."""
+"""Run-level DDI summaries as ``RunSummary``.
+
+A model (or responses) run: how many responses there are, and the backend that produced them. A score run (the
+judge, or exact labels): ``accuracy_expected`` over expected cases and ``accuracy_judged`` over judged ones, with
+Wilson 95 % intervals, by skin tone and by malignancy, and for classification a confusion matrix in the label
+space. ``extras`` keeps the flat keys the CLI's ``--json`` has always printed (expected, judged, correct, ...).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sklearn.metrics import confusion_matrix
-
+from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
 from medeval_core.benchmarks.ddi.cases import SKIN_TONES, DdiCase
+from medeval_core.benchmarks.ddi.params import DdiParams
 from medeval_core.judges.ddi import accuracy_summary
-from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.records import CaseResult
 
+TITLE = "DDI lesion diagnosis"
 NO_LABEL = "(no single label)"
 
 
-def _accuracy(cases: Sequence[DdiCase], by_id: dict[str, CaseResult]) -> dict[str, Any]:
-    results = [by_id[case.case_id] for case in cases if case.case_id in by_id]
-    judged = [r for r in results if r.status == CaseStatus.OK]
-    failed = [r for r in results if r.status == CaseStatus.FAILED]
+def _provenance(result: CaseResult) -> dict[str, Any]:
+    score = result.scores.get("correct")
+    return dict(score.get("provenance") or {}) if isinstance(score, dict) else {}
+
+
+def _accuracy(cases: Sequence[DdiCase], results: Sequence[CaseResult], repetitions: int) -> dict[str, Any]:
+    ids = {case.case_id for case in cases}
+    mine = [r for r in results if r.case_id in ids]
+    judged = [r for r in mine if r.ok]
     correct = sum(bool(r.metrics.get("correct")) for r in judged)
-    return accuracy_summary(len(cases), len(judged), correct, len(failed))
+    return accuracy_summary(len(cases) * repetitions, len(judged), correct, len(mine) - len(judged))
 
 
-def _groups(cases: Sequence[DdiCase], by_id: dict[str, CaseResult], key: Callable[[DdiCase], Any],
-            names: dict[Any, str]) -> dict[str, Any]:
+def _groups(cases: Sequence[DdiCase], results: Sequence[CaseResult], repetitions: int,
+            key: Callable[[DdiCase], Any], names: dict[Any, str]) -> dict[str, Any]:
     return {
-        name: _accuracy([case for case in cases if key(case) == value], by_id)
+        name: _accuracy([case for case in cases if key(case) == value], results, repetitions)
         for value, name in names.items()
         if any(key(case) == value for case in cases)
     }
 
 
-def label_confusion(cases: Sequence[DdiCase], by_id: dict[str, CaseResult], labels: Sequence[str]) -> dict[str, Any]:
+def label_confusion(results: Sequence[CaseResult], labels: Sequence[str]) -> dict[str, Any]:
     """Rows: reference label; columns: predicted label, plus a column for answers without one exact label."""
-    pairs = [
-        (by_id[case.case_id].output["reference_label"], by_id[case.case_id].output["predicted_label"] or NO_LABEL)
-        for case in cases
-        if case.case_id in by_id and by_id[case.case_id].status == CaseStatus.OK
-    ]
+    from sklearn.metrics import confusion_matrix
+
+    pairs = [(_provenance(r).get("reference_label"), _provenance(r).get("predicted_label") or NO_LABEL)
+             for r in results if r.ok]
     columns = [*labels, NO_LABEL]
     matrix = confusion_matrix([p[0] for p in pairs], [p[1] for p in pairs], labels=columns) if pairs else None
     return {
@@ -49,20 +59,55 @@ def label_confusion(cases: Sequence[DdiCase], by_id: dict[str, CaseResult], labe
     }
 
 
-def summarize_scores(cases: Sequence[DdiCase], results: Sequence[CaseResult], mode: str,
-                     labels: Sequence[str] | None = None, scorer: dict[str, Any] | None = None) -> dict[str, Any]:
-    by_id = {result.case_id: result for result in results}
-    summary: dict[str, Any] = {
-        "stage": "judge",
-        "mode": mode,
-        **(scorer or {}),
-        **_accuracy(cases, by_id),
-        "by_skin_tone": _groups(cases, by_id, lambda c: c.skin_tone, {tone: str(tone) for tone in SKIN_TONES}),
-        "by_malignancy": _groups(cases, by_id, lambda c: c.malignant, {True: "malignant", False: "benign"}),
-    }
-    if mode == "classification" and labels is not None:
-        summary["confusion_matrix"] = label_confusion(cases, by_id, labels)
-        summary["answers_without_exact_label"] = sum(
-            1 for r in by_id.values() if r.status == CaseStatus.OK and r.output.get("predicted_label") is None
+def _metrics(values: dict[str, Any]) -> list[Metric]:
+    return [
+        Metric(name="accuracy_expected", value=values["accuracy_expected"],
+               interval=tuple(values["accuracy_expected_wilson95"]) if values["accuracy_expected_wilson95"] else None,
+               n=values["expected"], denominator="expected cases", method="Wilson 95%"),
+        Metric(name="accuracy_judged", value=values["accuracy_judged"],
+               interval=tuple(values["accuracy_judged_wilson95"]) if values["accuracy_judged_wilson95"] else None,
+               n=values["judged"], denominator="judged cases", method="Wilson 95%"),
+    ]
+
+
+def is_scored(results: Sequence[CaseResult]) -> bool:
+    """Whether these are a score run's results (a verdict per case) rather than a model run's responses."""
+    if any("correct" in r.metrics for r in results):
+        return True
+    return not any("response_chars" in r.metrics for r in results)
+
+
+def summarize_run(params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult]) -> RunSummary:
+    repetitions = params.repetitions
+    counts = RunCounts.of(len(cases) * repetitions, results)
+    if not is_scored(results):
+        backend = next((r.output.get("backend") for r in results if r.ok and r.output.get("backend")), None)
+        return RunSummary(
+            benchmark="ddi", title=f"{TITLE} ({params.mode}): responses", counts=counts,
+            headline=[Metric(name="responses", value=float(counts.done), n=counts.expected,
+                             denominator="expected cases")],
+            extras={"stage": params.root.stage, "mode": params.mode, "expected": counts.expected,
+                    "responses": counts.done, "failed": counts.failed, "pending": counts.pending,
+                    "backend": backend, "percent_metrics": False},
         )
-    return summary
+    provenance = next((_provenance(r) for r in results if r.ok), {})
+    scorer = ({"judge": provenance["judge"], "judge_model": provenance.get("judge_model")} if "judge" in provenance
+              else {"scorer": provenance.get("scorer", "exact-label")} if provenance else {})
+    overall = _accuracy(cases, results, repetitions)
+    by_tone = _groups(cases, results, repetitions, lambda c: c.skin_tone, {tone: str(tone) for tone in SKIN_TONES})
+    by_malignancy = _groups(cases, results, repetitions, lambda c: c.malignant, {True: "malignant", False: "benign"})
+    extras: dict[str, Any] = {"stage": "judge", "mode": params.mode, **scorer, **overall,
+                              "by_skin_tone": by_tone, "by_malignancy": by_malignancy}
+    if params.mode == "classification" and params.labels:
+        extras["confusion_matrix"] = label_confusion(results, params.labels)
+        extras["answers_without_exact_label"] = sum(
+            1 for r in results if r.ok and _provenance(r).get("predicted_label") is None)
+    groups = [MetricGroup(dimension="skin tone", label=name, metrics=_metrics(values)[1:])
+              for name, values in by_tone.items()]
+    groups += [MetricGroup(dimension="malignancy", label=name, metrics=_metrics(values)[1:])
+               for name, values in by_malignancy.items()]
+    judge = scorer.get("judge") or scorer.get("scorer")
+    return RunSummary(benchmark="ddi", title=f"{TITLE} ({params.mode})", counts=counts, headline=_metrics(overall),
+                      groups=groups, extras=extras,
+                      notes=[f"scored by {judge}; pending and failed cases are not in accuracy_judged"] if judge
+                      else [])
