@@ -1,29 +1,48 @@
 """Run summaries and run-to-run comparison with uncertainty, generic over benchmarks.
 
-Every numeric or boolean per-case metric of a run is summarised: booleans (e.g. ``correct``) as a proportion
-with a Wilson interval, numbers as a mean with a percentile bootstrap interval. Two runs scored on the same cases
-are compared on their shared cases, with the exact McNemar test for boolean metrics (design.md §3.1: the models
-were scored on the same cases, so their difference wants a paired test).
+Every numeric or boolean per-case metric of a run is summarised. The unit is the case: a case's repetitions are
+reduced to their mean first, so n is the number of cases (repeated draws of one case are not independent cases).
+- Boolean metrics (e.g. ``correct``) are proportions with a Wilson interval (never a bootstrap): the proportion is
+  the mean over cases of each case's share of successes, n the number of cases.
+- Numeric metrics are means over cases with a percentile bootstrap interval (vectorised, seeded numpy generator).
+Two runs scored on the same cases are compared on their shared cases, with the exact McNemar test for a boolean
+metric with one outcome per case (design.md §3.1: the models were scored on the same cases, so their difference
+wants a paired test), and a paired bootstrap over per-case differences otherwise (numbers, or repetitions).
+
+Everything is vectorised with numpy: 100,000 results summarise in a fraction of a second; ``run_summaries``
+caches them per run and result stamp (count and newest row), so a page rerun does not recompute them.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel
 
-from medeval_core.metrics.stats import bootstrap_ci, mcnemar_exact, wilson_interval
+from medeval_core.metrics.stats import bootstrap_mean_ci, mcnemar_exact, wilson_intervals
 from medeval_core.records import CaseResult, CaseStatus
+
+if TYPE_CHECKING:
+    from medeval_core.store import Store
 
 
 class MetricSummary(BaseModel):
     metric: str
     kind: str  # "proportion" or "mean"
     n: int
+    """Cases: each case's repetitions are averaged first."""
     value: float
     ci_low: float
     ci_high: float
+    draws: int | None = None
+    """Values before the per-case reduction (cases x repetitions scored)."""
+    interval: str = ""
+    """How the interval was computed: "wilson" or "percentile bootstrap"."""
 
 
 class PairedComparison(BaseModel):
@@ -48,56 +67,91 @@ class RunComparison(BaseModel):
     paired: list[PairedComparison]
 
 
-def _metric_values(results: Iterable[CaseResult]) -> dict[str, dict[tuple[str, int], float | bool]]:
-    """metric -> {(case, repetition): value} over successful cases, numeric and boolean metrics only."""
-    table: dict[str, dict[tuple[str, int], float | bool]] = {}
+@dataclass(frozen=True)
+class CaseMeans:
+    """One metric of one run reduced per case: the cases (sorted), their mean over repetitions, the draw count."""
+
+    cases: np.ndarray
+    means: np.ndarray
+    draws: int
+    binary: bool
+
+
+def _per_case_means(results: Iterable[CaseResult]) -> dict[str, CaseMeans]:
+    """metric -> per-case means over successful results; numeric and boolean metrics only (NaN skipped)."""
+    case_index: dict[str, int] = {}
+    columns: dict[str, tuple[list[int], list[float]]] = {}
+    not_binary: set[str] = set()
     for result in results:
         if result.status != CaseStatus.OK:
             continue
+        index = case_index.setdefault(result.case_id, len(case_index))
         for name, value in result.metrics.items():
-            if isinstance(value, bool | int | float) and not (isinstance(value, float) and np.isnan(value)):
-                table.setdefault(name, {})[(result.case_id, result.repetition)] = value
+            kind = type(value)
+            if kind is bool:
+                pass
+            elif kind is int or kind is float or isinstance(value, int | float) and not isinstance(value, bool):
+                if value != value:  # NaN
+                    continue
+                not_binary.add(name)
+            else:
+                continue
+            column = columns.get(name)
+            if column is None:
+                column = columns[name] = ([], [])
+            column[0].append(index)
+            column[1].append(float(value))
+    if not columns:
+        return {}
+    names = np.array(list(case_index), dtype=object)
+    table = {}
+    for name, (indices, values) in columns.items():
+        idx = np.asarray(indices, dtype=np.int64)
+        counts = np.bincount(idx, minlength=len(names))
+        sums = np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=len(names))
+        present = np.flatnonzero(counts)
+        order = np.argsort(names[present].astype(str), kind="stable")
+        keep = present[order]
+        table[name] = CaseMeans(cases=names[keep].astype(str), means=sums[keep] / counts[keep], draws=len(values),
+                                binary=name not in not_binary)
     return table
 
 
-def _is_boolean(values: Iterable[float | bool]) -> bool:
-    return all(isinstance(v, bool) for v in values)
+def _summary(name: str, values: CaseMeans) -> MetricSummary:
+    n = len(values.means)
+    value = float(values.means.mean())
+    if values.binary:
+        low, high = wilson_intervals([value], [n])
+        return MetricSummary(metric=name, kind="proportion", n=n, value=value, ci_low=float(low[0]),
+                             ci_high=float(high[0]), draws=values.draws, interval="wilson")
+    low_b, high_b = bootstrap_mean_ci(values.means)
+    return MetricSummary(metric=name, kind="mean", n=n, value=value, ci_low=low_b, ci_high=high_b,
+                         draws=values.draws, interval="percentile bootstrap")
 
 
-def summarize_metrics(results: list[CaseResult]) -> list[MetricSummary]:
-    summaries = []
-    for name, by_case in sorted(_metric_values(results).items()):
-        values = list(by_case.values())
-        if _is_boolean(values):
-            successes = sum(values)
-            low, high = wilson_interval(successes, len(values))
-            summaries.append(MetricSummary(metric=name, kind="proportion", n=len(values),
-                                           value=successes / len(values), ci_low=low, ci_high=high))
-        else:
-            low, high = bootstrap_ci(np.asarray(values, dtype=float))
-            summaries.append(MetricSummary(metric=name, kind="mean", n=len(values),
-                                           value=float(np.mean(values)), ci_low=low, ci_high=high))
-    return summaries
+def summarize_metrics(results: Iterable[CaseResult]) -> list[MetricSummary]:
+    return [_summary(name, values) for name, values in sorted(_per_case_means(results).items())]
 
 
 def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b: list[CaseResult]) -> RunComparison:
-    values_a, values_b = _metric_values(results_a), _metric_values(results_b)
+    values_a, values_b = _per_case_means(results_a), _per_case_means(results_b)
     paired = []
     for name in sorted(set(values_a) & set(values_b)):
-        shared = sorted(set(values_a[name]) & set(values_b[name]))
-        if not shared:
+        first, second = values_a[name], values_b[name]
+        shared, in_a, in_b = np.intersect1d(first.cases, second.cases, assume_unique=True, return_indices=True)
+        if not shared.size:
             continue
-        a = [values_a[name][key] for key in shared]
-        b = [values_b[name][key] for key in shared]
-        mean_a, mean_b = float(np.mean(a)), float(np.mean(b))
-        if _is_boolean(a) and _is_boolean(b):
-            only_a, only_b, p_value = mcnemar_exact(a, b)
+        a, b = first.means[in_a], second.means[in_b]
+        mean_a, mean_b = float(a.mean()), float(b.mean())
+        one_outcome_per_case = bool(np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)))
+        if first.binary and second.binary and one_outcome_per_case:
+            only_a, only_b, p_value = mcnemar_exact(a.astype(bool), b.astype(bool))
             paired.append(PairedComparison(
                 metric=name, shared_cases=len(shared), value_a=mean_a, value_b=mean_b, difference=mean_a - mean_b,
                 only_a_correct=only_a, only_b_correct=only_b, p_value=p_value, test="exact McNemar",
             ))
         else:
-            low, high = bootstrap_ci(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
+            low, high = bootstrap_mean_ci(a - b)
             paired.append(PairedComparison(
                 metric=name, shared_cases=len(shared), value_a=mean_a, value_b=mean_b, difference=mean_a - mean_b,
                 difference_ci_low=low, difference_ci_high=high, test="paired percentile bootstrap",
@@ -106,3 +160,31 @@ def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b:
         run_a=run_a, run_b=run_b, summaries_a=summarize_metrics(results_a), summaries_b=summarize_metrics(results_b),
         paired=paired,
     )
+
+
+# Cached summaries for pages ----------------------------------------------------------------------------------------
+
+_CACHE_SIZE = 64
+_cache: OrderedDict[tuple[str, str, tuple[int, int | None]], tuple[MetricSummary, ...]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def run_summaries(store: Store, run_id: str) -> list[MetricSummary]:
+    """``summarize_metrics`` of a stored run, cached per (database, run, result count, newest result row): a
+    page rerun costs one COUNT query; a new or replaced result recomputes it (least recently used go first)."""
+    key = (store.url, run_id, store.results_stamp(run_id))
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return list(_cache[key])
+    summaries = tuple(summarize_metrics(store.results(run_id)))
+    with _cache_lock:
+        _cache[key] = summaries
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return list(summaries)
+
+
+def clear_summary_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
