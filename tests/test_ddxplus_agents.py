@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from medeval_core.benchmarks.ddxplus.interaction import Episode, run_episode
+from medeval_core.benchmarks.ddxplus.interaction import Consultation, OfflineContext, consult
 from medeval_core.benchmarks.ddxplus.kb import load_kb
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, KBBayesConfig
 from medeval_core.benchmarks.ddxplus.patients import load_patients
@@ -32,8 +32,8 @@ def _evaluate(agent, patients):
     builder = PredictionBuilder(patients)
     episodes = []
     for i, case in enumerate(patients.cases()):
-        episode = Episode(kb=patients.kb, patient=case)
-        result = run_episode(agent, episode)
+        episode = consult(agent, patients.kb, case, OfflineContext(case.case_id))
+        result = episode.output()
         builder.add(i, result.differential.items(), result.inquired)
         episodes.append(episode)
     return score(patients, builder.build()).metrics, episodes
@@ -41,7 +41,7 @@ def _evaluate(agent, patients):
 
 def test_information_gain_closed_form_matches_the_definition(kb, split):
     agent = KBBayesAgent.fit(kb, split[0])
-    session = agent.start(Episode(kb=kb, patient=split[1].patient(0)).intake())
+    session = agent.start(Consultation(kb, split[1].patient(0)).intake())
     p = session.posterior()
     gains = session._information_gain(p)
 
@@ -71,7 +71,7 @@ def test_trained_agent_meets_the_targets_on_held_out_patients(kb, split):
             if answer.positive:
                 asked_positive.add(root)
         assert len(set(episode.asked)) == len(episode.asked)  # never the same root twice
-        differential = episode.result.differential
+        differential = episode.verdict.differential
         top = max(differential, key=differential.get)
         assert all(mass > 0.01 for mass in differential.values())
         assert sorted(differential.values()).count(differential[top]) == 1
@@ -94,21 +94,20 @@ def test_agent_without_the_kb_records_it_and_needs_training_patients(kb, split):
 
 def test_stops_at_the_confidence_threshold_or_the_limit(kb, split):
     strict = KBBayesAgent.fit(kb, split[0], KBBayesConfig(confidence=1.0, max_questions=5, differential_questions=0))
-    episode = Episode(kb=kb, patient=split[1].patient(3))
-    assert len(run_episode(strict, episode).inquired) == 5
+    assert len(consult(strict, kb, split[1].patient(3), OfflineContext()).output().inquired) == 5
     loose = KBBayesAgent.fit(kb, split[0], KBBayesConfig(confidence=0.5, differential_questions=0))
-    episode = Episode(kb=kb, patient=split[1].patient(3))
+    episode = Consultation(kb, split[1].patient(3))
     session = loose.start(episode.intake())
     while (code := session.next_question()) is not None:
-        session.observe(episode.ask(code))
+        session.observe(episode.ask(code).as_answer())
     assert session.posterior().max() >= 0.5
 
 
 def test_suggestion_matches_the_next_question_after_a_person_asked(kb, split):
     agent = KBBayesAgent.fit(kb, split[0])
-    episode = Episode(kb=kb, patient=split[1].patient(5))
-    episode.ask("E_91", actor="person")
-    episode.ask("E_53", actor="person")
+    episode = Consultation(kb, split[1].patient(5))
+    episode.ask("E_91")
+    episode.ask("E_53")
     session = agent.replay(episode.intake(), episode.answers)
     suggestion = session.suggest()
     assert suggestion.root == session.next_question()

@@ -1,32 +1,74 @@
-"""DDXPlus batch runs through the shared runner: CLI, stored turns and summary, resume after failures."""
+"""DDXPlus batch runs through the service and runner: CLI, stored dialogues and summary, resume after failures,
+stored parameters (workers, input files), and agents given by import path."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from medeval_core import jobs
-from medeval_core.benchmarks import plan_for
-from medeval_core.benchmarks.ddxplus.plan import run_params
+from medeval_core import registry, service
+from medeval_core.benchmark import BenchmarkError
+from medeval_core.benchmarks.ddxplus import benchmark as ddx_benchmark
+from medeval_core.benchmarks.ddxplus.benchmark import build_params
 from medeval_core.context import current_settings, current_store
 from medeval_core.metrics.ddxplus import METRIC_KEYS
-from medeval_core.records import CaseStatus
-from medeval_core.runs import BatchRunner
+from medeval_core.records import CaseStatus, RunConfig
 from tests.ddxplus_fixtures import sample_csv, write_patients
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+class FirstQuestionsAgent:
+    """An outside agent (``--agent tests.test_ddxplus_runs:FirstQuestionsAgent``): asks the first ``n`` roots of
+    the KB, then names the pathology the KB lists first, with all the mass."""
+
+    name = "first-questions"
+    reads_kb = False
+    instances = 0
+
+    def __init__(self, n: int = 2, guess: str = "URTI") -> None:
+        self.n = n
+        self.guess = guess
+        FirstQuestionsAgent.instances += 1
+
+    @classmethod
+    def build(cls, kb, train, settings, params):
+        agent = cls(**params)
+        agent.roots = kb.roots
+        return agent
+
+    def params(self):
+        return {"n": self.n, "guess": self.guess}
+
+    def start(self, intake):
+        roots = iter(self.roots[: self.n])
+        guess = self.guess
+
+        class Session:
+            answers: list = []
+
+            def next_question(self):
+                return next(roots, None)
+
+            def observe(self, answer):
+                self.answers.append(answer)
+
+            def differential(self):
+                return {guess: 1.0}
+
+        return Session()
+
+
 @pytest.fixture
 def small_sets(tmp_path):
     """40 patients to question and the other sample patients to learn from, as two official-format files."""
-    import csv
-
     with sample_csv().open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     header, body = rows[0], rows[1:]
@@ -44,94 +86,217 @@ def small_sets(tmp_path):
     return write(tmp_path / "test.csv", test), write(tmp_path / "train.csv", train)
 
 
-def test_run_stores_results_turns_and_a_summary_then_resumes_failed_cases(small_sets):
+def _failing(monkeypatch, broken):
+    """Make the solver raise for the cases in ``broken`` (a set that the test may empty to heal them)."""
+    real = ddx_benchmark.consult
+
+    def consult(agent, kb, patient, ctx):
+        if patient.case_id in broken:
+            raise RuntimeError("simulated crash")
+        return real(agent, kb, patient, ctx)
+
+    monkeypatch.setattr(ddx_benchmark, "consult", consult)
+
+
+def test_run_stores_results_dialogues_and_a_summary_then_resumes_failed_cases(small_sets, monkeypatch):
     test_csv, train_csv = small_sets
     settings = current_settings()
     store = current_store()
-    params = run_params(settings, test_csv, "kb-bayes", train=train_csv)
-    assert params["reads_kb"] is True and params["agent_params"]["training_patients"] == 1026
-    config = jobs.new_run_config("ddxplus", settings, params)
-    plan = plan_for(config, settings)
-    broken = {plan.cases[3].case_id, plan.cases[7].case_id}
-
-    def flaky(case, repetition):
-        if case.case_id in broken:
-            raise RuntimeError("simulated crash")
-        return plan.run_case(case, repetition)
-
-    first = BatchRunner(store).start(config, plan.cases, flaky, run_id="ddx-resume")
+    params = build_params(settings, test_csv, "kb-bayes", train=train_csv)
+    assert params.reads_kb is True and params.agent_params["training_patients"] == 1026
+    cases = registry.benchmark("ddxplus").cases(params, settings)
+    broken = {cases[3].case_id, cases[7].case_id}
+    _failing(monkeypatch, broken)
+    first = service.launch("ddxplus", params, settings, store, run_id="ddx-resume")
     assert (first.done, first.failed) == (38, 2)
-    report = jobs.resume("ddx-resume", settings, store)
+    broken.clear()
+    report = service.resume("ddx-resume", settings, store)
     assert (report.done, report.failed, report.pending) == (40, 0, 0)
     results = store.results("ddx-resume")
     assert len(results) == 40 and all(r.status == CaseStatus.OK for r in results)
-    turns = store.turns("ddx-resume", plan.cases[3].case_id)
-    assert turns[0].action == "intake" and turns[-1].action == "differential"
-    assert [t.payload["root"] for t in turns[1:-1]] == next(
-        r.output["inquired"] for r in results if r.case_id == plan.cases[3].case_id)
-    summary = store.get_run("ddx-resume").summary
-    assert list(summary["metrics"]) == list(METRIC_KEYS)
-    assert summary["finished"] == 40 and summary["failed"] == 0 and summary["reads_kb"] is True
-    assert summary["metrics"]["GTPA@1"] >= 90 and summary["metrics"]["IL"] <= 12
-    assert sum(group["n"] for group in summary["per_pathology"].values()) == 40
-    assert set(summary["reference"]) == {"AARLC", "BASD"}
+    # Every dialogue is stored with its case: the intake, each question, the differential.
+    for result in results:
+        turns = store.turns("ddx-resume", result.case_id)
+        assert len(turns) == len(result.output["inquired"]) + 2
+        assert [t.index for t in turns] == list(range(len(turns)))
+        assert turns[0].action == "intake" and turns[-1].action == "differential"
+        assert [t.payload["root"] for t in turns[1:-1]] == result.output["inquired"]
+        assert {t.actor for t in turns[1:]} == {"kb-bayes"}
+        assert set(result.scores) == set(METRIC_KEYS)
+    summary = service.stored_summary(store, "ddx-resume")
+    assert summary is not None and summary.counts.done == 40
+    extras = summary.extras
+    assert list(extras["metrics"]) == list(METRIC_KEYS)
+    assert extras["finished"] == 40 and extras["failed"] == 0 and extras["reads_kb"] is True
+    assert extras["metrics"]["GTPA@1"] >= 90 and extras["metrics"]["IL"] <= 12
+    assert sum(group["n"] for group in extras["per_pathology"].values()) == 40
+    assert set(extras["reference"]) == {"AARLC", "BASD"}
+    assert {row.label for row in summary.reference} >= {"AARLC", "BASD"}
+    assert all(row.source for row in summary.reference)
+    headline = {m.name: m for m in summary.headline}
+    assert headline["GTPA@1"].n == 40 and headline["GTPA@1"].denominator == "planned patients"
+    assert sum(g.metrics[0].n for g in summary.groups if g.dimension == "pathology") == 40
     # Per-case metrics agree with the vectorised summary.
     for key in METRIC_KEYS:
-        assert np.mean([r.metrics[key] for r in results]) == pytest.approx(summary["metrics"][key], abs=1e-9)
+        assert np.mean([r.metrics[key] for r in results]) == pytest.approx(extras["metrics"][key], abs=1e-9)
 
 
-def test_failed_cases_count_as_empty_predictions_in_the_run_metrics(small_sets):
+def test_failed_cases_count_as_empty_predictions_in_the_run_metrics(small_sets, monkeypatch):
     test_csv, train_csv = small_sets
     settings = current_settings()
     store = current_store()
-    config = jobs.new_run_config("ddxplus", settings, run_params(settings, test_csv, "kb-bayes", train=train_csv,
-                                                                 limit=10))
-    plan = plan_for(config, settings)
-
-    def half(case, repetition):
-        if int(case.case_id.split("-")[1]) % 2:
-            raise RuntimeError("down")
-        return plan.run_case(case, repetition)
-
-    run_id = BatchRunner(store).start(config, plan.cases, half).run_id
-    summary = plan.summarize(store.results(run_id))
-    assert summary["finished"] == 5 and summary["failed"] == 5
-    assert summary["metrics"]["GTPA"] == pytest.approx(summary["metrics_completed"]["GTPA"] / 2)
+    params = build_params(settings, test_csv, "kb-bayes", train=train_csv, limit=10)
+    cases = registry.benchmark("ddxplus").cases(params, settings)
+    _failing(monkeypatch, {case.case_id for i, case in enumerate(cases) if i % 2})
+    run_id = service.launch("ddxplus", params, settings, store).run_id
+    summary = service.summarize_run(store, run_id, settings)
+    assert summary.extras["finished"] == 5 and summary.extras["failed"] == 5
+    assert summary.extras["metrics"]["GTPA"] == pytest.approx(summary.extras["metrics_completed"]["GTPA"] / 2)
+    assert summary.metric("GTPA (completed)").n == 5
 
 
-def test_run_command_prints_reference_rows_and_json(small_sets, tmp_path):
+def _run(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "medeval_core", "run", "ddxplus", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO_ROOT, check=False, env=env)
+
+
+def test_run_command_prints_reference_rows_and_json(small_sets):
     test_csv, train_csv = small_sets
-    base = [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--patients", str(test_csv), "--train",
-            str(train_csv), "--agent", "kb-bayes", "--limit", "12", "--run-id", "cli-run"]
-    text = subprocess.run(base, capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    base = ["--patients", test_csv, "--train", train_csv, "--agent", "kb-bayes", "--limit", "12", "--run-id",
+            "cli-run"]
+    text = _run(*base)
     assert text.returncode == 0, text.stderr
     assert "AARLC" in text.stdout and "BASD" in text.stdout and "this run" in text.stdout
     assert "12 of 12 patients finished" in text.stdout
     # The same id again resumes (nothing left to do) and prints the same metrics as JSON.
-    again = subprocess.run(base + ["--json"], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    again = _run(*base, "--json")
     assert again.returncode == 0, again.stderr
     assert list(json.loads(again.stdout)) == list(METRIC_KEYS)
 
 
+def test_run_id_reuse_with_another_patients_file_is_refused(small_sets):
+    test_csv, train_csv = small_sets
+    first = _run("--patients", test_csv, "--agent", "kb-bayes", "--limit", "3", "--run-id", "same-id")
+    assert first.returncode == 0, first.stderr
+    other = _run("--patients", train_csv, "--agent", "kb-bayes", "--limit", "3", "--run-id", "same-id")
+    assert other.returncode == 2
+    assert "exists with other parameters" in other.stderr and "patients" in other.stderr
+    assert str(train_csv) in other.stderr
+
+
 def test_run_command_rejects_bad_input_in_one_sentence(tmp_path):
     bad = write_patients(tmp_path / "bad.csv", [])
-    done = subprocess.run(
-        [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--patients", str(tmp_path / "missing.csv"),
-         "--agent", "kb-bayes"], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    done = _run("--patients", tmp_path / "missing.csv", "--agent", "kb-bayes")
     assert done.returncode == 2 and "does not exist" in done.stderr
-    nokb = subprocess.run(
-        [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--patients", str(bad), "--agent", "kb-bayes",
-         "--no-kb"], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    nokb = _run("--patients", bad, "--agent", "kb-bayes", "--no-kb")
     assert nokb.returncode == 2 and "needs training patients" in nokb.stderr
+    unknown = _run("--patients", bad, "--agent", "no-such-agent")
+    assert unknown.returncode == 2 and "Unknown DDXPlus agent" in unknown.stderr
+    missing = _run("--patients", bad, "--agent", "tests.nowhere:Agent")
+    assert missing.returncode == 2 and "Cannot import the agent" in missing.stderr
 
 
-def test_resume_without_the_patients_file_is_a_plan_error(small_sets):
-    from medeval_core.benchmarks import PlanError
-
+def test_resume_without_the_patients_file_is_refused(small_sets):
     test_csv, train_csv = small_sets
     settings = current_settings()
-    params = run_params(settings, test_csv, "kb-bayes", train=train_csv, limit=3)
-    jobs.launch(jobs.new_run_config("ddxplus", settings, params), settings, current_store(), run_id="gone")
+    params = build_params(settings, test_csv, "kb-bayes", train=train_csv, limit=3)
+    service.launch("ddxplus", params, settings, current_store(), run_id="gone")
     test_csv.unlink()
-    with pytest.raises(PlanError, match="does not exist"):
-        jobs.resume("gone", settings, current_store())
+    with pytest.raises(BenchmarkError, match="Cannot read the input file"):
+        service.resume("gone", settings, current_store())
+
+
+def test_resume_after_the_patients_file_was_rewritten_is_refused(small_sets):
+    test_csv, train_csv = small_sets
+    settings = current_settings()
+    params = build_params(settings, test_csv, "kb-bayes", train=train_csv, limit=3)
+    service.launch("ddxplus", params, settings, current_store(), run_id="rewritten")
+    config = RunConfig.model_validate(current_store().get_run("rewritten").config)
+    assert set(config.inputs) >= {"patients", "train", "kb_evidences", "kb_conditions"}
+    lines = test_csv.read_text(encoding="utf-8").splitlines(keepends=True)
+    test_csv.write_text("".join([lines[0], *reversed(lines[1:])]), encoding="utf-8")
+    with pytest.raises(BenchmarkError, match="has changed since"):
+        service.resume("rewritten", settings, current_store())
+
+
+def test_resume_keeps_the_stored_workers(small_sets, monkeypatch):
+    test_csv, _ = small_sets
+    settings = current_settings()
+    store = current_store()
+    params = build_params(settings, test_csv, "kb-bayes", limit=4, workers=3)
+    service.launch("ddxplus", params, settings, store, run_id="three-workers")
+    assert store.get_run("three-workers").config["params"]["workers"] == 3
+    seen: list[int] = []
+    real = service.BatchRunner
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(kwargs["workers"])
+
+    monkeypatch.setattr(service, "BatchRunner", Recording)
+    service.resume("three-workers", settings, store)
+    assert seen == [3]
+    # Another launch with the same id (workers not given) continues with the stored 3 as well.
+    service.launch("ddxplus", build_params(settings, test_csv, "kb-bayes", limit=4), settings, store,
+                   run_id="three-workers")
+    assert seen == [3, 3]
+
+
+def test_agent_by_import_path(small_sets):
+    test_csv, _ = small_sets
+    done = _run("--patients", test_csv, "--agent", f"{__name__}:FirstQuestionsAgent", "--limit", "5",
+                "--run-id", "outside", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["IL"] == 3.0  # two questions + 1
+    settings = current_settings()
+    store = current_store()
+    params = build_params(settings, test_csv, f"{__name__}:FirstQuestionsAgent", limit=5,
+                          agent_params={"n": 4, "guess": "Bronchitis"}, workers=2)
+    assert params.reads_kb is False and params.agent_params == {"n": 4, "guess": "Bronchitis"}
+    before = FirstQuestionsAgent.instances
+    service.launch("ddxplus", params, settings, store, run_id="outside-here")
+    assert FirstQuestionsAgent.instances == before  # the agent built for the params runs the cases
+    results = store.results("outside-here")
+    assert len(results) == 5 and all(r.ok for r in results)
+    assert all(r.output["differential"] == {"Bronchitis": 1.0} and len(r.output["inquired"]) == 4
+               for r in results)
+    assert all(len(store.turns("outside-here", r.case_id)) == 6 for r in results)
+    assert {t.actor for t in store.turns("outside-here", results[0].case_id)[1:]} == {"first-questions"}
+
+
+def test_spec_is_light_and_lists_the_page():
+    code = ("import sys; import medeval_core.benchmarks.ddxplus as d, medeval_core.benchmarks.ddxplus.cli; "
+            "from medeval_core import registry; registry.specs(); "
+            "print(sorted(m for m in ('numpy', 'pandas', 'sklearn', 'openai') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert done.stdout.strip() == "[]"
+    spec = registry.spec("ddxplus")
+    assert spec.pages[0].path == "views/ddxplus_walkthrough.py" and spec.model_roles[0].name == "chat"
+
+
+def test_concurrent_workers_run_cases_at_once(small_sets, monkeypatch):
+    test_csv, _ = small_sets
+    settings = current_settings()
+    real = ddx_benchmark.consult
+    active, peak, lock = [0], [0], threading.Lock()
+    barrier = threading.Barrier(3, timeout=10)
+
+    def consult(agent, kb, patient, ctx):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            try:
+                barrier.wait()  # the three cases meet here only if they run at once
+            except threading.BrokenBarrierError:
+                pass
+            return real(agent, kb, patient, ctx)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(ddx_benchmark, "consult", consult)
+    params = build_params(settings, test_csv, "kb-bayes", limit=3, workers=3)
+    report = service.launch("ddxplus", params, settings, current_store())
+    assert report.done == 3 and peak[0] == 3

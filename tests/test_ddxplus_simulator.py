@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from medeval_core.benchmarks.ddxplus.interaction import Episode, EpisodeError, run_episode
+from medeval_core.benchmarks.ddxplus.interaction import (
+    Ask,
+    Consultation,
+    Diagnose,
+    EpisodeError,
+    OfflineContext,
+    consult,
+    open_episode,
+)
 from medeval_core.benchmarks.ddxplus.kb import load_kb
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, PatientSimulator
@@ -70,54 +78,69 @@ def test_unknown_code_raises(kb):
         PatientSimulator(kb, _patient(PAINFUL)).answer("E_0000")
 
 
+def _episode(kb, patient):
+    consultation = Consultation(kb, patient)
+    ctx = OfflineContext(case_id=patient.case_id)
+    return consultation, open_episode(consultation, ctx), ctx
+
+
 def test_episode_turns_limit_and_metrics(kb):
-    episode = Episode(kb=kb, patient=_patient(PAINFUL))
-    assert episode.intake().initial_question.startswith("Do you have a fever")
-    episode.ask("E_53", actor="person")
-    episode.ask("E_55_@_V_89", actor="person")
-    episode.ask("E_53", actor="person")  # a repeat is a turn too
+    consultation, episode, ctx = _episode(kb, _patient(PAINFUL))
+    assert consultation.intake().initial_question.startswith("Do you have a fever")
+    episode.act(Ask(code="E_53"), actor="person")
+    episode.act(Ask(code="E_55_@_V_89"), actor="person")
+    episode.act(Ask(code="E_53"), actor="person")  # a repeat is a turn too
     with pytest.raises(EpisodeError, match="not an evidence code"):
-        episode.ask("fever?")
-    result = episode.submit({"Pneumonia": 0.7, "URTI": 0.2, "Bronchitis": 0.1}, actor="person")
+        episode.act(Ask(code="fever?"), actor="person")
+    step = episode.act(Diagnose(differential={"Pneumonia": 0.7, "URTI": 0.2, "Bronchitis": 0.1}), actor="person")
+    assert step.done
+    metrics = step.observation.metrics
     # present {E_91, E_53, E_55, E_54, E_56}; inquired {E_91, E_53, E_55}
-    assert result.metrics["PER"] == pytest.approx(60.0)
-    assert result.metrics["IL"] == 4.0
-    assert result.metrics["GTPA@1"] == 100.0
-    assert result.metrics["DDR"] == 100.0 and result.metrics["DDP"] == pytest.approx(200 / 3)
-    assert result.missed == ["E_54", "E_56"]
-    turns = episode.records("run-x")
+    assert metrics["PER"] == pytest.approx(60.0)
+    assert metrics["IL"] == 4.0
+    assert metrics["GTPA@1"] == 100.0
+    assert metrics["DDR"] == 100.0 and metrics["DDP"] == pytest.approx(200 / 3)
+    assert step.observation.missed == ["E_54", "E_56"]
+    output = consultation.output()
+    assert output.inquired == ["E_53", "E_55", "E_53"] and output.index == 7
+    turns = ctx.turns
     assert [t.action for t in turns] == ["intake", "ask", "ask", "ask", "differential"]
     assert [t.index for t in turns] == [0, 1, 2, 3, 4]
     assert turns[2].payload["root"] == "E_55" and turns[2].payload["answer"] == "forehead, top of the head"
     with pytest.raises(EpisodeError, match="finished"):
-        episode.ask("E_91")
+        episode.act(Ask(code="E_91"), actor="person")
 
 
 def test_question_limit_is_thirty(kb):
-    episode = Episode(kb=kb, patient=_patient(PAINFUL))
+    _, episode, _ = _episode(kb, _patient(PAINFUL))
     for _ in range(MAX_QUESTIONS):
-        episode.ask("E_201")
-    with pytest.raises(EpisodeError, match="30-question limit"):
-        episode.ask("E_201")
-    assert episode.submit({}).metrics["IL"] == 31.0
+        episode.act(Ask(code="E_201"), actor="person")
+    with pytest.raises(EpisodeError, match="30-turn limit"):
+        episode.act(Ask(code="E_201"), actor="person")
+    assert episode.act(Diagnose(differential={}), actor="person").observation.metrics["IL"] == 31.0
 
 
 def test_invalid_differentials_are_refused(kb):
-    episode = Episode(kb=kb, patient=_patient(PAINFUL))
+    consultation, episode, _ = _episode(kb, _patient(PAINFUL))
     with pytest.raises(EpisodeError, match="not one of the 49"):
-        episode.submit({"Flu-ish": 1.0})
+        episode.act(Diagnose(differential={"Flu-ish": 1.0}), actor="person")
     with pytest.raises(EpisodeError, match="finite numbers"):
-        episode.submit({"URTI": -1})
-    assert not episode.finished
-    assert episode.submit([["IVRS ou virémie", 1.0]]).differential == {"URTI": 1.0}
+        episode.act(Diagnose(differential={"URTI": -1}), actor="person")
+    assert not episode.done
+    step = episode.act(Diagnose(differential=[["IVRS ou virémie", 1.0]]), actor="person")
+    assert step.observation.differential == {"URTI": 1.0}
 
 
 def test_state_restores_a_half_done_consultation(kb):
-    episode = Episode(kb=kb, patient=_patient(PAINFUL))
-    episode.ask("E_53", actor="person")
-    episode.ask("E_55", actor="person")
-    again = Episode.restore(kb, episode.patient, episode.asked, ["person", "person"])
-    assert again.asked == ["E_53", "E_55"] and again.turns == episode.turns
+    consultation, episode, ctx = _episode(kb, _patient(PAINFUL))
+    episode.act(Ask(code="E_53"), actor="person")
+    episode.act(Ask(code="E_55"), actor="person")
+    again = Consultation(kb, consultation.patient)
+    replayed = open_episode(again, ctx, record_intake=False)
+    replayed.restore([(t.actor, Ask(code=t.payload["root"])) for t in ctx.turns if t.action == "ask"])
+    assert again.asked == ["E_53", "E_55"] and again.answers == consultation.answers
+    assert len(ctx.turns) == 3  # replayed questions are not recorded again
+    assert replayed.turns_left == MAX_QUESTIONS - 2
 
 
 class _Scripted:
@@ -144,8 +167,12 @@ class _Scripted:
         return Session()
 
 
-def test_run_episode_stops_at_none_or_the_limit(kb):
-    short = run_episode(_Scripted(["E_53", "E_201"]), Episode(kb=kb, patient=_patient(PAINFUL)))
+def test_consult_stops_at_none_or_the_limit(kb):
+    patient = _patient(PAINFUL)
+    short = consult(_Scripted(["E_53", "E_201"]), kb, patient, OfflineContext()).output()
     assert short.inquired == ["E_53", "E_201"] and short.differential == {"Pneumonia": 1.0}
-    endless = run_episode(_Scripted(["E_201"] * 100), Episode(kb=kb, patient=_patient(PAINFUL)))
+    ctx = OfflineContext()
+    endless = consult(_Scripted(["E_201"] * 100), kb, patient, ctx).output()
     assert len(endless.inquired) == MAX_QUESTIONS and endless.differential == {"URTI": 1.0}
+    assert len(ctx.turns) == MAX_QUESTIONS + 2 and ctx.turns[0].action == "intake"
+    assert {t.actor for t in ctx.turns[1:]} == {"scripted"}
