@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core import jobs
+from medeval_core import registry, service
 from medeval_core.backends.chat import ChatBackendError, OpenAIChatBackend, make_chat_backend
-from medeval_core.benchmarks import plan_for
-from medeval_core.benchmarks.ddxplus.interaction import Episode, run_episode
+from medeval_core.benchmarks.ddxplus.benchmark import build_params
+from medeval_core.benchmarks.ddxplus.interaction import Consultation, OfflineContext, consult
 from medeval_core.benchmarks.ddxplus.kb import load_kb
 from medeval_core.benchmarks.ddxplus.llm_agent import LLMAgent, LLMOutputError
 from medeval_core.benchmarks.ddxplus.patients import load_patients
-from medeval_core.benchmarks.ddxplus.plan import run_params
 from medeval_core.context import current_settings, current_store, reset
 from medeval_core.records import CaseStatus
 from medeval_core.settings import BackendChoice
@@ -56,14 +55,18 @@ def _agent(kb, server, **kwargs):
 def test_llm_agent_asks_by_code_and_ends_with_a_validated_differential(kb, patient):
     with FakeOpenAI(doctor) as server:
         agent = _agent(kb, server)
-        episode = Episode(kb=kb, patient=patient)
-        result = run_episode(agent, episode)
+        ctx = OfflineContext(patient.case_id)
+        episode = consult(agent, kb, patient, ctx)
+        result = episode.output()
         requests = server.chat_requests()
     assert agent.reads_kb is False and agent.params()["reads_kb"] is False
     assert result.inquired == QUESTIONS
     assert result.differential == DIAGNOSIS["differential"]
-    assert result.metrics["IL"] == 4.0
+    assert episode.verdict.metrics["IL"] == 4.0
     assert len(requests) == 4
+    # Every request is recorded on the case's context as a chat model call.
+    assert len(ctx.model_calls) == 4 and {c.role for c in ctx.model_calls} == {"chat"}
+    assert {c.model for c in ctx.model_calls} == {"fake-doctor"} and all(c.ok for c in ctx.model_calls)
     first = requests[0].body
     assert first["model"] == "fake-doctor" and first["temperature"] == 0.0
     system = first["messages"][0]["content"]
@@ -73,7 +76,7 @@ def test_llm_agent_asks_by_code_and_ends_with_a_validated_differential(kb, patie
     last = requests[-1].body["messages"]
     answer = episode.answers[0].text(kb)
     assert {"role": "user", "content": f"Patient (E_91): {answer}."} in last
-    assert [t.actor for t in episode.records("r")[1:]] == ["llm"] * 4
+    assert [t.actor for t in ctx.turns[1:]] == ["llm"] * 4
 
 
 def test_invalid_output_is_corrected_then_accepted(kb, patient):
@@ -86,7 +89,7 @@ def test_invalid_output_is_corrected_then_accepted(kb, patient):
 
     with FakeOpenAI(script) as server:
         agent = _agent(kb, server, max_invalid=3)
-        session = agent.start(Episode(kb=kb, patient=patient).intake())
+        session = agent.start(Consultation(kb, patient).intake())
         assert session.next_question() is None
         assert session.differential() == DIAGNOSIS["differential"]
         assert session.invalid_replies == 3
@@ -100,7 +103,7 @@ def test_persistently_invalid_output_fails(kb, patient):
     with FakeOpenAI(Reply(content="no idea")) as server:
         agent = _agent(kb, server, max_invalid=1)
         with pytest.raises(LLMOutputError, match="no valid action in 2 tries"):
-            run_episode(agent, Episode(kb=kb, patient=patient))
+            consult(agent, kb, patient, OfflineContext())
         assert len(server.chat_requests()) == 2
 
 
@@ -112,7 +115,7 @@ def test_transient_errors_are_retried_and_hard_errors_explained(kb, patient):
         return Reply(status=status) if status else doctor(request)
 
     with FakeOpenAI(flaky) as server:
-        result = run_episode(_agent(kb, server), Episode(kb=kb, patient=patient))
+        result = consult(_agent(kb, server), kb, patient, OfflineContext()).output()
         assert result.inquired == QUESTIONS
         assert len(server.chat_requests()) == 6
     with FakeOpenAI(Reply(status=404)) as server:
@@ -133,17 +136,21 @@ def test_batch_run_records_failures_and_the_kb_condition(kb, monkeypatch):
         monkeypatch.setenv("MEDEVAL_CHAT_MODEL", "fake-doctor")
         reset()
         settings = current_settings()
-        params = run_params(settings, sample_csv(), "llm", limit=6, agent_params={"max_invalid": 1})
-        assert params["reads_kb"] is False and params["agent_params"]["model"] == "fake-doctor"
-        config = jobs.new_run_config("ddxplus", settings, params)
-        report = jobs.launch(config, settings, current_store(), workers=3, run_id="llm-run")
-    results = current_store().results("llm-run")
-    sexes = [c.sex for c in plan_for(config, settings).cases]
+        params = build_params(settings, sample_csv(), "llm", limit=6, agent_params={"max_invalid": 1}, workers=3)
+        assert params.reads_kb is False and params.agent_params["model"] == "fake-doctor"
+        report = service.launch("ddxplus", params, settings, current_store(), run_id="llm-run")
+    store = current_store()
+    results = store.results("llm-run")
+    sexes = [c.sex for c in registry.benchmark("ddxplus").cases(params, settings)]
     assert report.failed == sexes.count("M") and report.done == sexes.count("F")
     assert all("no valid action" in r.error for r in results if r.status == CaseStatus.FAILED)
-    summary = current_store().get_run("llm-run").summary
+    summary = service.stored_summary(store, "llm-run").extras
     assert summary["reads_kb"] is False and summary["failed"] == sexes.count("M")
     assert summary["metrics"]["IL"] == pytest.approx((4 * sexes.count("F") + sexes.count("M")) / 6)
+    # The model calls of each finished case are stored with it (four requests: three questions, a diagnosis).
+    done = next(r for r in results if r.ok)
+    calls = store.model_calls("llm-run", done.case_id)
+    assert len(calls) == 4 and {c.role for c in calls} == {"chat"}
 
 
 def test_run_command_with_the_llm_agent(tmp_path):
