@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import context
+from medeval_core import context, registry, service
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.catalog import pages
-from medeval_core.records import RunStatus
+from medeval_core.records import RunKind, RunStatus
 
 PAGE = str(Path(__file__).resolve().parent.parent / "views" / "ddxplus_walkthrough.py")
 
@@ -47,7 +47,7 @@ def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:
     app.number_input(key="ddx_pick_index").set_value(0).run()
     app.button(key="ddx_start").click().run()
     walk_id = app.query_params["walkthrough"]
-    assert walk_id.startswith("ddxplus-walk-")
+    assert walk_id.startswith("ddxplus-")
     assert (metric(app, "Age"), metric(app, "Sex"), metric(app, "Questions asked")) == ("30", "male", "0 / 30")
     assert any("shortness of breath" in m.value.lower() or "E_66" in m.value for m in app.markdown)
 
@@ -82,14 +82,19 @@ def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:
 
     store = context.current_store()
     run = store.get_run(walk_id)
-    assert run.status == RunStatus.COMPLETED and run.benchmark == wt.BENCHMARK
+    assert run.status == RunStatus.COMPLETED and run.benchmark == wt.BENCHMARK == "ddxplus"
+    assert run.kind == RunKind.SESSION
+    summary = service.stored_summary(store, walk_id)
+    assert summary is not None and summary.metric("GTPA@1").value == 100.0
     (result,) = store.results(walk_id)
     assert result.output["inquired"] == ["E_91", "E_201", "E_79"]
     masses = result.output["differential"]
     assert list(masses) == ["Acute COPD exacerbation / infection", "Bronchitis", "Pneumonia"]
     assert masses == pytest.approx(wt.ranks_to_masses(list(masses)))
-    assert [t.action for t in store.turns(walk_id, result.case_id)] == ["intake", "ask", "ask", "ask",
-                                                                       "differential"]
+    turns = store.turns(walk_id, result.case_id)
+    assert [t.action for t in turns] == ["intake", "ask", "ask", "ask", "differential"]
+    assert [t.index for t in turns] == [0, 1, 2, 3, 4] and {t.actor for t in turns[1:]} == {"person"}
+    assert set(result.scores) >= {"GTPA@1", "IL"}
 
 
 def test_pick_by_pathology_and_entered_masses() -> None:
@@ -143,7 +148,7 @@ def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Pa
         page.get_by_text("matching)").wait_for()
         page.get_by_role("button", name="Ask", exact=True).click()
         page.get_by_text(f"{number} / 30").wait_for()
-    assert "walkthrough=ddxplus-walk-" in page.url
+    assert "walkthrough=ddxplus-" in page.url
     # A reload keeps the consultation: the id in the URL brings it back from the store.
     page.reload()
     page.get_by_text("3 / 30").wait_for()
