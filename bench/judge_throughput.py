@@ -30,10 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from medeval_core.judges.ddi import DdiJudgeItem, judge_many  # noqa: E402
+from medeval_core.judges.ddi import DdiJudgeItem  # noqa: E402
 from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens  # noqa: E402
 from medeval_core.settings import Settings, load_settings  # noqa: E402
 from tests.fake_openai import FakeOpenAI, verdict_reply  # noqa: E402
+from tests.judge_support import judge_all  # noqa: E402
 
 TARGET_RATIO = 0.9
 PROTOCOL_WINDOW_S = 60.0
@@ -77,7 +78,7 @@ def scenario(name: str, settings: Settings, latency_s: float, measured_windows: 
     with FakeOpenAI(verdict_reply("nodular basal cell carcinoma", True, "same"), latency_s=latency_s) as server:
         judge = OpenAIDdiJudge.from_settings(settings, base_url=server.url, model="bench-judge", api_key="bench")
         started = time.monotonic()
-        report = judge_many(judge, items(count))
+        report = judge_all(judge, items(count))
         elapsed = time.monotonic() - started
         requests = server.chat_requests()
     arrivals = [r.arrived_at - started for r in requests]

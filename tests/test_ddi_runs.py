@@ -295,3 +295,63 @@ def test_judge_only_accepts_ddi_column_names_and_resume_uses_the_chosen_concurre
     assert stored["kind"] == RunKind.SCORE and stored["params"]["workers"] == 3  # what `resume` will use
     assert main(["judge", "ddi", "--responses", str(responses), "--concurrency", "0"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err
+
+
+def test_a_second_judge_scores_the_same_stored_responses(
+    ddi_folder: tuple[Path, list[FixtureCase]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, cases = ddi_folder
+    with FakeOpenAI(responder_by_colour(cases, ANSWERS)) as vision:
+        report = cli_json(capsys, "run", "ddi", "--images", str(folder), "--model-backend", "openai",
+                          "--model", "skin-vlm", "--base-url", vision.url, "--judge", "offline",
+                          "--run-id", "two-judges")
+    assert report["judge_run"]["run_id"] == "two-judges-judge"
+    store = context.current_store()
+    # Every request of the tested model is a stored model call of the vlm role, under the model run.
+    vlm_calls = store.model_calls(run_id="two-judges")
+    assert len(vlm_calls) == len(vision.chat_requests()) == 6
+    assert {(c.role, c.model, c.ok) for c in vlm_calls} == {("vlm", "skin-vlm", True)}
+    assert sorted(c.case_id for c in vlm_calls) == [c.ddi_id for c in cases]
+    assert store.model_calls(run_id="two-judges-judge") == []  # the offline rules call no model
+
+    def judge(request: RecordedRequest):  # noqa: ANN202 - a fake-server responder
+        return verdict_reply("melanoma in situ", "melanoma in situ" in request.text())
+
+    settings = context.current_settings()
+    with FakeOpenAI(judge) as server:
+        llm = service.score_run("two-judges", service.ScoreParams(
+            scorer="ddi-judge", options={"backend": "openai", "base_url": server.url, "model": "judge-llm"},
+            workers=4), settings, store, run_id="two-judges-llm")
+    assert (llm.done, llm.failed, llm.pending) == (6, 0, 0)
+    assert len(server.chat_requests()) == 6
+    assert len(vision.chat_requests()) == 6  # the responses were not generated again
+    for run_id, judge_name in (("two-judges-judge", "offline-rules-v1"), ("two-judges-llm", "openai:judge-llm")):
+        row = store.get_run(run_id)
+        assert (row.kind, row.source_run_id) == (RunKind.SCORE, "two-judges")
+        assert {j.judge_name for j in store.judgements(run_id=run_id)} == {judge_name}
+    llm_summary = service.stored_summary(store, "two-judges-llm")
+    offline_summary = service.stored_summary(store, "two-judges-judge")
+    assert llm_summary is not None and offline_summary is not None
+    assert llm_summary.extras["judge"] == "openai:judge-llm" and llm_summary.extras["correct"] == 1
+    assert offline_summary.extras["judge"] == "offline-rules-v1" and offline_summary.extras["correct"] == 4
+    assert llm_summary.metric("accuracy_expected").n == 6  # type: ignore[union-attr]
+    judge_calls = store.model_calls(run_id="two-judges-llm")
+    assert len(judge_calls) == 6 and {c.role for c in judge_calls} == {"judge"}
+    assert {c.model for c in judge_calls} == {"judge-llm"}
+
+
+def test_run_id_reuse_with_other_parameters_is_refused(
+    ddi_folder: tuple[Path, list[FixtureCase]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, cases = ddi_folder
+    with FakeOpenAI(responder_by_colour(cases, ANSWERS)) as server:
+        argv = ["run", "ddi", "--images", str(folder), "--model-backend", "openai", "--model", "m",
+                "--base-url", server.url, "--judge", "offline", "--run-id", "fixed-id"]
+        cli_json(capsys, *argv)
+        assert main([*argv, "--max-new-tokens", "12"]) == 2
+        error = capsys.readouterr().err
+        assert "fixed-id" in error and "other parameters" in error and "generation" in error
+        # The same parameters continue the stored runs (nothing left to do), other workers included.
+        again = cli_json(capsys, *argv, "--workers", "3")
+    assert again["model_run"]["done"] == 6 and again["judge_run"]["done"] == 6
+    assert len(server.chat_requests()) == 6

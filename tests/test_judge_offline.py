@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core.judges.ddi import DdiJudgeItem, DdiVerdict, JudgeProgress, judge_many
+from medeval_core.judges.ddi import DdiJudgeItem, DdiVerdict, accuracy_summary
 from medeval_core.judges.offline import JUDGE_NAME, OfflineDdiJudge
 from medeval_core.judges.ratelimit import SlidingWindowLimiter
 from medeval_core.prompts import PromptError, fill, load_labels, load_prompt
 from medeval_core.records import RunConfig
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
+from tests.judge_support import judge_all
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +132,9 @@ def test_judge_name_model_and_stored_attempt(judge: OfflineDdiJudge, tmp_path: P
     items = [DdiJudgeItem(case_id=f"c{i:02d}", reference="melanoma",
                           response="Final diagnosis: melanoma" if i % 3 else "Final diagnosis: lipoma")
              for i in range(25)]
-    seen: list[JudgeProgress] = []
-    report = judge_many(judge, items, store=store, run_id=run_id, on_progress=seen.append)
-    assert [p.done for p in seen] == [10, 20, 25]
-    summary = report.summary()
+    report = judge_all(judge, items, store=store, run_id=run_id)
+    correct = sum(v.correct for v in report.verdicts.values())
+    summary = accuracy_summary(len(items), len(report.verdicts), correct, len(report.errors))
     assert (summary["judged"], summary["correct"], summary["failed"], summary["pending"]) == (25, 16, 0, 0)
     attempts = store.judgements(run_id=run_id)
     assert len(attempts) == 25 and all(a.ok and a.attempt == 1 and a.judge_name == JUDGE_NAME for a in attempts)

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core.judges.ddi import DdiJudgeItem, JudgeError, JudgeProgress, judge_many, make_ddi_judge
+from medeval_core.judges.ddi import DdiJudgeItem, JudgeError, make_ddi_judge
 from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens, parse_verdict, InvalidVerdictError
 from medeval_core.prompts import load_prompt
-from medeval_core.records import RunConfig
+from medeval_core.records import CaseStatus, RunConfig
 from medeval_core.settings import Settings, SettingsError, load_settings
 from medeval_core.store import Store
 from tests.fake_openai import FakeOpenAI, Reply, Script, verdict_reply
+from tests.judge_support import judge_all
 
 SCALE = 0.001
 GOOD = verdict_reply("nodular basal cell carcinoma", True, "Same disease and subtype.")
@@ -125,7 +126,7 @@ def test_429_then_success_stores_every_attempt(server_factory, store: Store) -> 
     server = server_factory(Script({"[c1]": [Reply(status=429), Reply(status=429)]}, default=GOOD))
     judge = make_judge(server)
     run_id = new_run(store)
-    report = judge_many(judge, [item("c1")], store=store, run_id=run_id)
+    report = judge_all(judge, [item("c1")], store=store, run_id=run_id)
     assert report.verdicts["c1"].correct is True and not report.errors
     attempts = store.judgements(run_id=run_id, case_id="c1")
     assert [(a.attempt, a.ok, a.http_status) for a in attempts] == [(1, False, 429), (2, False, 429), (3, True, 200)]
@@ -142,7 +143,7 @@ def test_retries_stop_after_eight_and_follow_the_scaled_schedule(server_factory,
     sleep = RecordingSleep()
     judge = make_judge(server, sleep=sleep)
     run_id = new_run(store)
-    report = judge_many(judge, [item("c1")], store=store, run_id=run_id)
+    report = judge_all(judge, [item("c1")], store=store, run_id=run_id)
     assert "c1" in report.errors and "after 9 attempt(s)" in report.errors["c1"]
     assert len(server.chat_requests()) == 9
     assert [a.attempt for a in store.judgements(run_id=run_id)] == list(range(1, 10))
@@ -177,7 +178,7 @@ def test_every_retryable_fault_is_retried_then_judged(server_factory, store: Sto
     server = server_factory(Script({f"[{name}]": [reply] for name, reply in FAULTS.items()}, default=GOOD))
     judge = make_judge(server)
     run_id = new_run(store)
-    report = judge_many(judge, [item(name) for name in FAULTS], store=store, run_id=run_id)
+    report = judge_all(judge, [item(name) for name in FAULTS], store=store, run_id=run_id)
     assert not report.errors
     assert set(report.verdicts) == set(FAULTS)
     for name in FAULTS:
@@ -209,7 +210,13 @@ def test_an_unreachable_endpoint_fails_after_the_retries() -> None:
         judge.judge(item("c1"))
 
 
-def test_a_mixed_batch_ends_with_every_case_judged_or_failed(server_factory, store: Store) -> None:
+def test_a_mixed_batch_score_run_ends_with_every_case_judged_or_failed(
+    server_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guarantees of a judged batch, through the path runs use: a responses run, then a ddi-judge score run."""
+    from medeval_core import context, service
+    from medeval_core.benchmarks.ddi.params import DdiParams, ResponsesParams
+
     script: dict[str, list[Reply]] = {}
     for i in range(40):
         if i % 10 == 3:
@@ -217,23 +224,38 @@ def test_a_mixed_batch_ends_with_every_case_judged_or_failed(server_factory, sto
         elif i % 4 == 0:
             script[f"[case-{i:02d}]"] = [Reply(status=429), Reply(content="{not json")]
     server = server_factory(Script(script, default=GOOD), latency_s=0.01)
-    judge = make_judge(server)
-    run_id = new_run(store)
-    seen: list[JudgeProgress] = []
-    report = judge_many(judge, [item(f"case-{i:02d}") for i in range(40)], store=store, run_id=run_id,
-                        on_progress=seen.append)
-    assert set(report.errors) == {"case-03", "case-13", "case-23", "case-33"}
-    assert len(report.verdicts) == 36
-    summary = report.summary()
-    assert summary["judged"] + summary["failed"] + summary["pending"] == summary["expected"] == 40
-    assert summary["pending"] == 0 and summary["correct"] == 36
-    assert summary["accuracy_expected"] == pytest.approx(36 / 40) and summary["accuracy_judged"] == 1.0
-    low, high = summary["accuracy_expected_wilson95"]
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps({"image_id": f"case-{i:02d}", "reference": "basal-cell-carcinoma-nodular",
+                                             "response": item(f"case-{i:02d}").response}) + "\n"
+                                 for i in range(40)), encoding="utf-8")
+    settings = scaled_settings()
+    store = context.current_store()
+    service.launch("ddi", DdiParams(ResponsesParams(responses_file=str(responses))), settings, store,
+                   run_id="mixed-responses")
+    report = service.score_run("mixed-responses", service.ScoreParams(
+        scorer="ddi-judge", options={"backend": "openai", "base_url": server.url, "model": "judge-under-test"},
+        workers=16), settings, store, run_id="mixed-judge")
+    assert (report.done, report.failed, report.pending) == (36, 4, 0)
+    failed = {r.case_id for r in store.results("mixed-judge", status=CaseStatus.FAILED)}
+    assert failed == {"case-03", "case-13", "case-23", "case-33"}
+    summary = service.stored_summary(store, "mixed-judge")
+    assert summary is not None
+    values = summary.extras
+    assert values["judged"] + values["failed"] + values["pending"] == values["expected"] == 40
+    assert values["pending"] == 0 and values["correct"] == 36
+    assert values["accuracy_expected"] == pytest.approx(36 / 40) and values["accuracy_judged"] == 1.0
+    low, high = values["accuracy_expected_wilson95"]
     assert low < 0.9 < high
-    assert [p.done for p in seen] == [10, 20, 30, 40]
-    attempts = store.judgements(run_id=run_id)
+    assert summary.metric("accuracy_judged").denominator == "judged cases"  # type: ignore[union-attr]
+    attempts = store.judgements(run_id="mixed-judge")
     assert {a.case_id for a in attempts} == {f"case-{i:02d}" for i in range(40)}
     assert len(attempts) == len(server.chat_requests()) == 4 * 9 + 10 * 3 + 26
+    # Every request is also a model call of the judge role, with its messages' sha256.
+    calls = store.model_calls(run_id="mixed-judge")
+    assert len(calls) == len(attempts) and {c.role for c in calls} == {"judge"}
+    assert sum(c.ok for c in calls) == 36 and all(len(c.messages_sha256) == 64 for c in calls)
+    config = store.get_run("mixed-judge").config
+    assert config["kind"] == "score" and config["source_run_id"] == "mixed-responses"
 
 
 def max_in_window(times: list[float], window_s: float) -> int:
@@ -251,7 +273,7 @@ def test_the_request_budget_holds_at_the_server(server_factory) -> None:
     settings = scaled_settings(timeout_s=5, requests_per_minute=6, rate_window_seconds=1.0)
     judge = make_judge(server, settings)
     started = time.monotonic()
-    report = judge_many(judge, [item(f"c{i}") for i in range(14)])
+    report = judge_all(judge, [item(f"c{i}") for i in range(14)])
     elapsed = time.monotonic() - started
     assert len(report.verdicts) == 14
     arrivals = [r.arrived_at for r in server.chat_requests()]
@@ -266,7 +288,7 @@ def test_the_token_budget_holds_at_the_server(server_factory) -> None:
     one = estimate_tokens(probe.messages(item("c0", response=response)), 300)
     settings = scaled_settings(timeout_s=5, tokens_per_minute=int(one * 2.5), rate_window_seconds=1.0)
     judge = make_judge(server, settings)
-    report = judge_many(judge, [item(f"c{i}", response=f"[c{i}] {response}") for i in range(5)])
+    report = judge_all(judge, [item(f"c{i}", response=f"[c{i}] {response}") for i in range(5)])
     assert len(report.verdicts) == 5
     arrivals = [r.arrived_at for r in server.chat_requests()]
     # Each request is estimated at about ``one`` tokens, so only two fit in any window.

@@ -84,6 +84,9 @@ def test_upload_run_with_tiny_model_and_offline_judge(
     assert result.output["model"]["workers"][0]["attention"] == "sdpa"
     (judgement,) = store.judgements(run_id=run.id)
     assert judgement.ok and judgement.judge_name == "offline-rules-v1"
+    assert run.kind == "session" and run.config["session_case_id"] == "lesion"
+    (call,) = store.model_calls(run_id=run.id)  # the tested model's one call, as role vlm
+    assert call.role == "vlm" and call.model == tiny_model_env["MEDEVAL_VLM_MODEL"]
     assert result.metrics["correct"] == judgement.verdict["correct"]
     assert "This session's evaluations" in [s.value for s in app.subheader]
     assert len(app.dataframe[0].value) == 1
@@ -118,8 +121,9 @@ def test_a_page_evaluation_cannot_be_resumed_and_says_so(capsys: pytest.CaptureF
     app.text_area(key="lesion_pasted").set_value("Final diagnosis: psoriasis")
     run_button(app).click().run()
     (run,) = context.current_store().list_runs(benchmark="ddi")
+    assert run.kind == "session"
     assert main(["resume", run.id]) == 2
-    assert "single lesion-page evaluation" in capsys.readouterr().err
+    assert "interactive session" in capsys.readouterr().err
 
 
 def test_without_a_model_or_a_pasted_answer_the_run_says_what_to_do() -> None:
