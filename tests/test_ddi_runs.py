@@ -12,8 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from medeval_core import context
-from medeval_core import service
+from medeval_core import context, service
 from medeval_core.benchmarks.ddi.benchmark import ChunkBatcher, DdiOutput, Generated
 from medeval_core.benchmarks.ddi.cases import DdiCase
 from medeval_core.cli import main

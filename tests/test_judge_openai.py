@@ -9,21 +9,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from medeval_core.judges.ddi import DdiJudgeItem, JudgeError, make_ddi_judge
-from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens, parse_verdict, InvalidVerdictError
+from medeval_core.judges.openai_judge import InvalidVerdictError, OpenAIDdiJudge, estimate_tokens, parse_verdict
 from medeval_core.prompts import load_prompt
 from medeval_core.records import CaseStatus, RunConfig
 from medeval_core.settings import Settings, SettingsError, load_settings
 from medeval_core.store import Store
-from tests.fake_openai import FakeOpenAI, Reply, Script, verdict_reply
+from tests.fake_openai import FakeOpenAI, Reply, Responder, Script, verdict_reply
 from tests.judge_support import judge_all
 
 SCALE = 0.001
+ServerFactory = Callable[..., FakeOpenAI]
 GOOD = verdict_reply("nodular basal cell carcinoma", True, "Same disease and subtype.")
 
 
@@ -74,10 +75,10 @@ def item(case_id: str, reference: str = "basal-cell-carcinoma-nodular", response
 
 
 @pytest.fixture
-def server_factory() -> Iterator:
+def server_factory() -> Iterator[ServerFactory]:
     started: list[FakeOpenAI] = []
 
-    def start(responder, latency_s: float = 0.0) -> FakeOpenAI:
+    def start(responder: Reply | Responder, latency_s: float = 0.0) -> FakeOpenAI:
         server = FakeOpenAI(responder, latency_s=latency_s).start()
         started.append(server)
         return server
@@ -87,7 +88,7 @@ def server_factory() -> Iterator:
         server.stop()
 
 
-def test_request_carries_the_protocol_settings_and_only_the_response_tail(server_factory) -> None:
+def test_request_carries_the_protocol_settings_and_only_the_response_tail(server_factory: ServerFactory) -> None:
     server = server_factory(GOOD)
     judge = make_judge(server, scaled_settings(timeout_s=5))
     head = "HEAD-MARKER " + "x" * 10
@@ -122,7 +123,7 @@ def test_request_carries_the_protocol_settings_and_only_the_response_tail(server
     )
 
 
-def test_429_then_success_stores_every_attempt(server_factory, store: Store) -> None:
+def test_429_then_success_stores_every_attempt(server_factory: ServerFactory, store: Store) -> None:
     server = server_factory(Script({"[c1]": [Reply(status=429), Reply(status=429)]}, default=GOOD))
     judge = make_judge(server)
     run_id = new_run(store)
@@ -138,7 +139,7 @@ def test_429_then_success_stores_every_attempt(server_factory, store: Store) -> 
     assert "sk-test-secret" not in stored
 
 
-def test_retries_stop_after_eight_and_follow_the_scaled_schedule(server_factory, store: Store) -> None:
+def test_retries_stop_after_eight_and_follow_the_scaled_schedule(server_factory: ServerFactory, store: Store) -> None:
     server = server_factory(Reply(status=503))
     sleep = RecordingSleep()
     judge = make_judge(server, sleep=sleep)
@@ -174,7 +175,7 @@ FAULTS: dict[str, Reply] = {
 }
 
 
-def test_every_retryable_fault_is_retried_then_judged(server_factory, store: Store) -> None:
+def test_every_retryable_fault_is_retried_then_judged(server_factory: ServerFactory, store: Store) -> None:
     server = server_factory(Script({f"[{name}]": [reply] for name, reply in FAULTS.items()}, default=GOOD))
     judge = make_judge(server)
     run_id = new_run(store)
@@ -193,7 +194,7 @@ def test_every_retryable_fault_is_retried_then_judged(server_factory, store: Sto
     assert first["http-500"].http_status == 500 and first["invalid-json"].http_status == 200
 
 
-def test_a_client_error_is_not_retried(server_factory) -> None:
+def test_a_client_error_is_not_retried(server_factory: ServerFactory) -> None:
     server = server_factory(Reply(status=400))
     sleep = RecordingSleep()
     with pytest.raises(JudgeError, match="not retryable"):
@@ -211,7 +212,7 @@ def test_an_unreachable_endpoint_fails_after_the_retries() -> None:
 
 
 def test_a_mixed_batch_score_run_ends_with_every_case_judged_or_failed(
-    server_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server_factory: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The guarantees of a judged batch, through the path runs use: a responses run, then a ddi-judge score run."""
     from medeval_core import context, service
@@ -268,7 +269,7 @@ def max_in_window(times: list[float], window_s: float) -> int:
     return best
 
 
-def test_the_request_budget_holds_at_the_server(server_factory) -> None:
+def test_the_request_budget_holds_at_the_server(server_factory: ServerFactory) -> None:
     server = server_factory(GOOD, latency_s=0.02)
     settings = scaled_settings(timeout_s=5, requests_per_minute=6, rate_window_seconds=1.0)
     judge = make_judge(server, settings)
@@ -281,7 +282,7 @@ def test_the_request_budget_holds_at_the_server(server_factory) -> None:
     assert elapsed >= 2.0  # 14 requests at 6 per window need a third window
 
 
-def test_the_token_budget_holds_at_the_server(server_factory) -> None:
+def test_the_token_budget_holds_at_the_server(server_factory: ServerFactory) -> None:
     server = server_factory(GOOD)
     response = "Final diagnosis: nodular basal cell carcinoma. " + "r" * 3000
     probe = make_judge(server)

@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -143,7 +144,7 @@ def test_a_bad_upload_gets_a_clear_message(with_tiny_model: None) -> None:
 
 @pytest.mark.browser
 def test_lesion_page_in_headless_chromium(
-    streamlit_app: Callable[..., str], page, artifacts_dir: Path, data_dir: Path, tiny_model_env: dict[str, str]
+    streamlit_app: Callable[..., str], page: Any, artifacts_dir: Path, data_dir: Path, tiny_model_env: dict[str, str]
 ) -> None:
     url = streamlit_app(**tiny_model_env)
     page.goto(f"{url}/lesion")  # a cold deep link lands on the page inside the app shell

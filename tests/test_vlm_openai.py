@@ -87,16 +87,14 @@ def test_transient_errors_are_retried_then_succeed(generation: GenerationSetting
 
 
 def test_retries_stop_and_the_error_says_what_happened(generation: GenerationSettings) -> None:
-    with FakeOpenAI(Reply(status=503)) as server:
-        with pytest.raises(VlmBackendError, match="HTTP 503"):
-            backend_for(server, max_attempts=3).generate([image(5)], [VlmPrompt(user="x")], generation)
+    with FakeOpenAI(Reply(status=503)) as server, pytest.raises(VlmBackendError, match="HTTP 503"):
+        backend_for(server, max_attempts=3).generate([image(5)], [VlmPrompt(user="x")], generation)
     assert len(server.chat_requests()) == 3
 
 
 def test_client_errors_are_not_retried(generation: GenerationSettings) -> None:
-    with FakeOpenAI(Reply(status=400)) as server:
-        with pytest.raises(VlmBackendError, match="HTTP 400"):
-            backend_for(server).generate([image(6)], [VlmPrompt(user="x")], generation)
+    with FakeOpenAI(Reply(status=400)) as server, pytest.raises(VlmBackendError, match="HTTP 400"):
+        backend_for(server).generate([image(6)], [VlmPrompt(user="x")], generation)
     assert len(server.chat_requests()) == 1
 
 

@@ -51,7 +51,7 @@ PROMPTS = [
 ]
 
 
-def test_batch_of_two_is_left_padded_and_pixel_bounded(tiny_qwen: Path, generation: GenerationSettings) -> None:
+def test_batch_of_two_is_left_padded_and_pixel_bounded(tiny_qwen: Path, generation: GenerationSettings) -> None:  # noqa: F811
     worker = cached_worker(str(tiny_qwen), "cpu", generation)
     images = [noise_image(900, 1200, 1), noise_image(30, 20, 2)]
     inputs = worker.prepare(images, PROMPTS, generation)
@@ -80,7 +80,7 @@ def test_batch_of_two_is_left_padded_and_pixel_bounded(tiny_qwen: Path, generati
 
 
 def test_rendered_prompt_keeps_system_and_user_and_places_image_first(
-    tiny_qwen: Path, generation: GenerationSettings
+    tiny_qwen: Path, generation: GenerationSettings  # noqa: F811
 ) -> None:
     worker = cached_worker(str(tiny_qwen), "cpu", generation)
     with_system, without_system = worker.render(PROMPTS)
@@ -90,7 +90,7 @@ def test_rendered_prompt_keeps_system_and_user_and_places_image_first(
     assert "You are a dermatology assistant." not in without_system
 
 
-def test_same_seed_same_output_and_only_new_tokens(tiny_qwen: Path, generation: GenerationSettings) -> None:
+def test_same_seed_same_output_and_only_new_tokens(tiny_qwen: Path, generation: GenerationSettings) -> None:  # noqa: F811
     backend = QwenTransformersBackend(str(tiny_qwen), generation)
     images = [noise_image(200, 300, 3), noise_image(120, 90, 4)]
     first = backend.generate(images, PROMPTS, generation)
@@ -114,7 +114,7 @@ def test_same_seed_same_output_and_only_new_tokens(tiny_qwen: Path, generation: 
 
 
 def test_batches_split_by_batch_size_give_the_same_texts_as_one_by_one_greedy(
-    tiny_qwen: Path, generation: GenerationSettings
+    tiny_qwen: Path, generation: GenerationSettings  # noqa: F811
 ) -> None:
     greedy = greedy_settings(generation)
     backend = QwenTransformersBackend(str(tiny_qwen), greedy)
@@ -126,7 +126,7 @@ def test_batches_split_by_batch_size_give_the_same_texts_as_one_by_one_greedy(
 
 
 def test_fresh_generation_config_ignores_checkpoint_sampling_values(
-    tiny_qwen: Path, generation: GenerationSettings
+    tiny_qwen: Path, generation: GenerationSettings  # noqa: F811
 ) -> None:
     worker = cached_worker(str(tiny_qwen), "cpu", generation)
     effective, _ = worker.model._prepare_generation_config(worker.effective_generation_config(generation))
@@ -139,7 +139,7 @@ def test_fresh_generation_config_ignores_checkpoint_sampling_values(
     assert "temperature" not in greedy.to_diff_dict() and "top_p" not in greedy.to_diff_dict()
 
 
-def test_load_report(tiny_qwen: Path, generation: GenerationSettings) -> None:
+def test_load_report(tiny_qwen: Path, generation: GenerationSettings) -> None:  # noqa: F811
     report = cached_worker(str(tiny_qwen), "cpu", generation).report
     assert (report.device, report.dtype, report.attention, report.tf32) == ("cpu", "float32", "sdpa", False)
     assert "needs CUDA" in report.attention_note
@@ -156,7 +156,7 @@ def test_load_report(tiny_qwen: Path, generation: GenerationSettings) -> None:
 
 
 def test_extra_checkpoint_weights_are_reported_as_a_warning(
-    tiny_qwen: Path, tmp_path: Path, generation: GenerationSettings, caplog: pytest.LogCaptureFixture
+    tiny_qwen: Path, tmp_path: Path, generation: GenerationSettings, caplog: pytest.LogCaptureFixture  # noqa: F811
 ) -> None:
     # A checkpoint saved from a subclass with an adapter: the plain class drops the adapter's weights.
     folder = tmp_path / "with-adapter"
@@ -173,7 +173,7 @@ def test_extra_checkpoint_weights_are_reported_as_a_warning(
     assert "skin_tone_adapter" in caplog.text and "lm_head.weight" in caplog.text
 
 
-def test_workers_are_cached_per_model_and_load_settings(tiny_qwen: Path, generation: GenerationSettings) -> None:
+def test_workers_are_cached_per_model_and_load_settings(tiny_qwen: Path, generation: GenerationSettings) -> None:  # noqa: F811
     first = QwenTransformersBackend(str(tiny_qwen), generation).workers()[0]
     again = QwenTransformersBackend(str(tiny_qwen), generation.model_copy(update={"temperature": 0.2})).workers()[0]
     assert again is first  # sampling settings are per call, not part of what is loaded
@@ -191,12 +191,12 @@ def test_attention_choice_is_made_before_loading(monkeypatch: pytest.MonkeyPatch
     assert choose_attention("eager", "cuda:0")[0] == "eager"
 
 
-def test_cpu_runs_one_worker_whatever_devices_are_listed(tiny_qwen: Path, generation: GenerationSettings) -> None:
+def test_cpu_runs_one_worker_whatever_devices_are_listed(tiny_qwen: Path, generation: GenerationSettings) -> None:  # noqa: F811
     backend = QwenTransformersBackend(str(tiny_qwen), generation, devices="0,1")
     assert backend.devices == ["cpu"] and backend.parallel_batches == 1
 
 
-def test_factory(tiny_qwen: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_factory(tiny_qwen: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     with pytest.raises(VlmNotConfiguredError, match="MEDEVAL_VLM_MODEL"):
         make_vlm_backend(load_settings())
     monkeypatch.setenv("MEDEVAL_VLM_BACKEND", "transformers")
@@ -212,7 +212,7 @@ def test_missing_checkpoint_gives_a_clear_error(tmp_path: Path, generation: Gene
     from medeval_core.backends.vlm import VlmBackendError
 
     (tmp_path / "empty").mkdir()
-    with pytest.raises(VlmBackendError, match="config.json"):
+    with pytest.raises(VlmBackendError, match=r"config\.json"):
         cached_worker(str(tmp_path / "empty"), "cpu", generation)
 
 

@@ -195,7 +195,7 @@ def evaluate_upload(
 
 def session_evaluations(store: Store, run_ids: Sequence[str]) -> list[LesionEvaluation]:
     """The stored evaluations of these runs, newest first (runs deleted meanwhile are skipped)."""
-    evaluations = []
+    evaluations: list[LesionEvaluation] = []
     for run_id in run_ids:
         try:
             results = store.results(run_id)

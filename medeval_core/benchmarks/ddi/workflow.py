@@ -84,7 +84,8 @@ def score_params(settings: Settings, mode: Mode, judge: dict[str, Any], labels: 
     options = {"backend": "offline" if built.name.startswith("offline") else "openai",
                "base_url": getattr(built, "base_url", None), "model": None if built.name.startswith("offline")
                else built.model, "concurrency": concurrency}
-    return service.ScoreParams(scorer=JUDGE_SCORER, options=options, workers=workers or concurrency or built.concurrency)
+    return service.ScoreParams(scorer=JUDGE_SCORER, options=options,
+                               workers=workers or concurrency or built.concurrency)
 
 
 def run_ddi(settings: Settings, store: Store, request: RunRequest, judge: dict[str, Any], run_id: str | None = None,
@@ -111,7 +112,8 @@ def judge_responses(settings: Settings, store: Store, responses_file: Path, mode
     imported as a responses run (``<run_id>-responses``), which a score run (``run_id``) then judges."""
     load_responses(responses_file)  # a malformed file fails here, before a run is created
     judge_run_id = run_id or new_run_id(f"{BENCHMARK}-judge")
-    params = DdiParams(ResponsesParams(mode=mode, responses_file=str(responses_file), labels=labels_for(mode, settings)))
+    params = DdiParams(ResponsesParams(mode=mode, responses_file=str(responses_file),
+                                       labels=labels_for(mode, settings)))
     responses_run = f"{judge_run_id}-responses"
     service.launch(BENCHMARK, params, settings, store, run_id=responses_run,
                    label=label or f"DDI {mode}: responses from {responses_file.name}")
