@@ -39,7 +39,13 @@ from medeval_core.benchmark import (
 )
 from medeval_core.benchmarks.ddxplus import SPEC, default_kb_dir
 from medeval_core.benchmarks.ddxplus.interaction import DDXPlusAgent, DDXPlusOutput, consult, patient_metrics
-from medeval_core.benchmarks.ddxplus.kb import CONDITIONS_FILE, EVIDENCES_FILE, KnowledgeBase, KnowledgeBaseError, load_kb
+from medeval_core.benchmarks.ddxplus.kb import (
+    CONDITIONS_FILE,
+    EVIDENCES_FILE,
+    KnowledgeBase,
+    KnowledgeBaseError,
+    load_kb,
+)
 from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, score
@@ -103,14 +109,14 @@ def kb_at(folder: str | Path) -> KnowledgeBase:
     folder = Path(folder)
     key = (_state(folder / EVIDENCES_FILE), _state(folder / CONDITIONS_FILE))
     try:
-        return _kbs.get(key, lambda: load_kb(folder))  # type: ignore[no-any-return]
+        return _kbs.get(key, lambda: load_kb(folder))
     except KnowledgeBaseError as exc:
         raise BenchmarkError(str(exc)) from None
 
 
 def patients_at(path: str | Path, kb: KnowledgeBase) -> PatientSet:
     try:
-        return _patient_sets.get((_state(path), id(kb)), lambda: load_patients(path, kb))  # type: ignore[no-any-return]
+        return _patient_sets.get((_state(path), id(kb)), lambda: load_patients(path, kb))
     except PatientFileError as exc:
         raise BenchmarkError(str(exc)) from None
 
@@ -149,7 +155,7 @@ def build_agent(name: str, kb: KnowledgeBase, train: PatientSet | None, settings
             if not callable(getattr(agent, "start", None)):
                 raise BenchmarkError(f"The agent {name!r} has no start(intake) method; see the DDXPlus agent "
                                      "interface in medeval_core/benchmarks/ddxplus/benchmark.py.")
-            return agent  # type: ignore[no-any-return]
+            return agent
     except (*_ERRORS, ValueError, TypeError) as exc:
         if isinstance(exc, BenchmarkError):
             raise
@@ -192,7 +198,7 @@ def _agent_for(name: str, kb_dir: str, train: str | None, settings: Settings,
     train_set = patients_at(train, kb) if train else None
     key = (name, id(kb), _state(train) if train else None, json.dumps(dict(params), sort_keys=True, default=str),
            settings.settings_hash())
-    return _agents.get(key, lambda: build_agent(name, kb, train_set, settings, params))  # type: ignore[no-any-return]
+    return _agents.get(key, lambda: build_agent(name, kb, train_set, settings, params))
 
 
 class _ConsultSolver:

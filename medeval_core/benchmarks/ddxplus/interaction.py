@@ -98,9 +98,11 @@ class Verdict(BaseModel):
 
 def validate_differential(kb: KnowledgeBase, differential: Mapping[str, Any] | Iterable[Any]) -> dict[str, float]:
     """KB names (key, English or French) -> finite non-negative masses, as KB keys in the given order."""
-    pairs = differential.items() if isinstance(differential, Mapping) else differential
+    pairs: Iterable[Any] = differential.items() if isinstance(differential, Mapping) else differential
     clean: dict[str, float] = {}
     for pair in pairs:
+        if isinstance(pair, str):
+            raise EpisodeError("A differential is a mapping of pathology -> mass (or [name, mass] pairs).")
         try:
             name, mass = pair
         except (TypeError, ValueError):
@@ -128,15 +130,22 @@ def present_roots(kb: KnowledgeBase, patient: DDXPlusPatient) -> list[str]:
     return roots
 
 
+def _pathology_key(kb: KnowledgeBase, name: str) -> str:
+    index = kb.pathology_index(name)
+    if index is None:
+        raise EpisodeError(f"{name!r} is not one of the {kb.n_pathologies} DDXPlus pathologies.")
+    return kb.pathology_names[index]
+
+
 def patient_metrics(kb: KnowledgeBase, patient: DDXPlusPatient, differential: Mapping[str, float],
                     inquired: list[str]) -> tuple[dict[str, float], list[str]]:
     """The seven per-patient metrics of one consultation and the present roots never inquired."""
     # Names resolve to KB keys first, so that a French or English alias is the same pathology.
-    gt = list({kb.pathology_names[kb.pathology_index(name)]: mass for name, mass in patient.differential}.items())
+    gt = list({_pathology_key(kb, name): mass for name, mass in patient.differential}.items())
     present = present_roots(kb, patient)
     asked = {patient.initial_evidence, *inquired}
     metrics = ddx_metrics.patient_metrics(
-        gt=gt, pathology=kb.pathology_names[kb.pathology_index(patient.pathology)],
+        gt=gt, pathology=_pathology_key(kb, patient.pathology),
         pred=list(differential.items()), present=set(present), inquired=asked, n_questions=len(inquired),
     )
     return metrics, [root for root in present if root not in asked]

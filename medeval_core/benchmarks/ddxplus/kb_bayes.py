@@ -303,9 +303,8 @@ def _masses(names: list[str], top: int, members: np.ndarray, mass: np.ndarray) -
     With at most MAX_SET members and the floor, every member keeps more than 0.0125 (above the 0.01 threshold),
     and the predicted pathology is the unique top.
     """
-    members = [int(k) for k in members if k != top]
-    members.sort(key=lambda k: -mass[k])
-    chosen = [top, *members[: MAX_SET - 1]]
+    others = sorted((int(k) for k in members if k != top), key=lambda k: -mass[k])
+    chosen = [top, *others[: MAX_SET - 1]]
     weights = np.maximum(mass[chosen], 0.0)
     weights = weights / max(1.0, float(weights.sum())) + _FLOOR
     share = 0.5 * weights / weights.sum()

@@ -27,8 +27,8 @@ from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS, SPEC, default_kb_di
 from medeval_core.benchmarks.ddxplus.interaction import (
     Ask,
     Consultation,
-    Diagnose,
     DDXPlusOutput,
+    Diagnose,
     Intake,
     open_episode,
 )
