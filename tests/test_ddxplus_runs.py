@@ -300,3 +300,21 @@ def test_concurrent_workers_run_cases_at_once(small_sets, monkeypatch):
     params = build_params(settings, test_csv, "kb-bayes", limit=3, workers=3)
     report = service.launch("ddxplus", params, settings, current_store())
     assert report.done == 3 and peak[0] == 3
+
+
+def test_score_run_recomputes_the_metrics_from_stored_outputs(small_sets):
+    test_csv, _ = small_sets
+    settings = current_settings()
+    store = current_store()
+    params = build_params(settings, test_csv, "kb-bayes", limit=6)
+    service.launch("ddxplus", params, settings, store, run_id="to-rescore")
+    service.score_run("to-rescore", service.ScoreParams(scorer="ddxplus-metrics"), settings, store,
+                      run_id="rescored")
+    first = {r.case_id: r.metrics for r in store.results("to-rescore")}
+    again = {r.case_id: r.metrics for r in store.results("rescored")}
+    assert again == first
+    summary = service.stored_summary(store, "rescored")
+    assert summary is not None and summary.extras["finished"] == 6
+    assert summary.extras["metrics"] == service.stored_summary(store, "to-rescore").extras["metrics"]
+    with pytest.raises(BenchmarkError, match="no scorer called"):
+        service.score_run("to-rescore", service.ScoreParams(scorer="judge"), settings, store)
