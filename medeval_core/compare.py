@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel
@@ -79,14 +79,16 @@ class CaseMeans:
 
 def _per_case_means(results: Iterable[CaseResult]) -> dict[str, CaseMeans]:
     """metric -> per-case means over successful results; numeric and boolean metrics only (NaN skipped)."""
+    return _per_case_means_of_rows((r.case_id, r.metrics) for r in results if r.status == CaseStatus.OK)
+
+
+def _per_case_means_of_rows(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, CaseMeans]:
     case_index: dict[str, int] = {}
     columns: dict[str, tuple[list[int], list[float]]] = {}
     not_binary: set[str] = set()
-    for result in results:
-        if result.status != CaseStatus.OK:
-            continue
-        index = case_index.setdefault(result.case_id, len(case_index))
-        for name, value in result.metrics.items():
+    for case_id, metrics in rows:
+        index = case_index.setdefault(case_id, len(case_index))
+        for name, value in metrics.items():
             kind = type(value)
             if kind is bool:
                 pass
@@ -133,6 +135,12 @@ def summarize_metrics(results: Iterable[CaseResult]) -> list[MetricSummary]:
     return [_summary(name, values) for name, values in sorted(_per_case_means(results).items())]
 
 
+def summarize_metric_rows(rows: Iterable[tuple[str, int, Mapping[str, Any]]]) -> list[MetricSummary]:
+    """``summarize_metrics`` over ``Store.metric_rows`` (case id, repetition, metrics of finished results)."""
+    means = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows)
+    return [_summary(name, values) for name, values in sorted(means.items())]
+
+
 def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b: list[CaseResult]) -> RunComparison:
     values_a, values_b = _per_case_means(results_a), _per_case_means(results_b)
     paired = []
@@ -177,7 +185,7 @@ def run_summaries(store: Store, run_id: str) -> list[MetricSummary]:
         if key in _cache:
             _cache.move_to_end(key)
             return list(_cache[key])
-    summaries = tuple(summarize_metrics(store.results(run_id)))
+    summaries = tuple(summarize_metric_rows(store.metric_rows(run_id)))
     with _cache_lock:
         _cache[key] = summaries
         while len(_cache) > _CACHE_SIZE:

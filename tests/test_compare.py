@@ -89,10 +89,11 @@ def test_run_summaries_are_cached_until_a_result_is_added(isolated_store: str,
     store.create_run(RunConfig(benchmark="demo"), run_id="r")
     store.save_case_records([CaseRecords(result=result(f"c{i}", correct=i < 3)) for i in range(4)])
     calls = []
-    real = compare.summarize_metrics
-    monkeypatch.setattr(compare, "summarize_metrics", lambda results: calls.append(1) or real(results))
+    real = compare.summarize_metric_rows
+    monkeypatch.setattr(compare, "summarize_metric_rows", lambda rows: calls.append(1) or real(rows))
     first = run_summaries(store, "r")
     assert run_summaries(store, "r") == first and len(calls) == 1
     store.save_case_records([CaseRecords(result=result("c9", correct=True))])
     [updated] = run_summaries(store, "r")
     assert len(calls) == 2 and updated.n == 5 and updated.value == pytest.approx(0.8)
+    assert [updated] == summarize_metrics(store.results("r"))  # the same as over the full records

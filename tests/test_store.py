@@ -111,3 +111,27 @@ def test_cancel_request_only_for_active_runs(store: Store) -> None:
 
 def test_urls_are_shown_without_passwords() -> None:
     assert "secret" not in redact_url("postgresql://user:secret@db.example/medeval")
+
+
+def test_results_read_back_equal_validated_records(store: Store) -> None:
+    from datetime import UTC, datetime
+
+    from medeval_core.records import CaseRecords
+
+    store.create_run(RunConfig(benchmark="demo"), run_id="r")
+    stamp = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    written = [
+        CaseResult(run_id="r", case_id="c1", repetition=1, status=CaseStatus.OK, output={"a": [1, "x"]},
+                   metrics={"correct": True, "cost": 2.5}, scores={"correct": {"value": True}}, started_at=stamp,
+                   finished_at=stamp),
+        CaseResult(run_id="r", case_id="c2", status=CaseStatus.FAILED, error="boom"),
+    ]
+    store.save_case_records([CaseRecords(result=r) for r in written])
+    loaded = store.results("r")
+    assert loaded == [CaseResult.model_validate(r.model_dump()) for r in loaded] == written
+    assert loaded[0].model_dump() == written[0].model_dump() and loaded[1].status is CaseStatus.FAILED
+    assert store.result("r", "c1", repetition=1) == written[0] and store.result("r", "c9") is None
+    assert store.metric_rows("r") == [("c1", 1, {"correct": True, "cost": 2.5})]
+    frame = store.results_frame("r")
+    assert list(frame.columns) == ["case_id", "repetition", "correct", "cost"] and len(frame) == 1
+    assert store.results_stamp("r")[0] == 2

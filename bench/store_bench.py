@@ -1,0 +1,143 @@
+"""Store throughput: results written per second through the batch runner's real path, and the runs page's
+summary over 100,000 results.
+
+- write: ``BatchRunner`` (group commit through ``Store.save_case_records``) over N instant cases (one turn each,
+  a boolean and a numeric metric), W workers, a real SQLite file in a temporary folder. Target >= 5,000/s.
+  Beside it, the old per-result path (``Store.save_result`` once per case, as the runner did before group
+  commit) on a smaller count, as the baseline (the previous main measured 137-250/s).
+- summary: a run of 100,000 results (25,000 cases x 4 repetitions, three metrics), the runs page's summary
+  uncached: ``compare.run_summaries`` loading the run's metrics (``Store.metric_rows``) and summarising them.
+  Target <= 1 s. Printed beside it: the full path (``Store.results`` then ``compare.summarize_metrics``) and the
+  cached ``run_summaries`` on an unchanged run.
+
+    .venv/bin/python bench/store_bench.py [--cases 20000] [--workers 4] [--summary-results 100000]
+                                          [--db-url URL] [--json]
+
+With ``--json`` the last line is ``{"results_per_s": ..., "summary_s": ...}`` (plus the other figures). With
+``--db-url`` the runs go to that database instead (run ids are unique, so a shared database is left with them).
+Exit status 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from medeval_core.benchmark import CaseContext  # noqa: E402
+from medeval_core.compare import clear_summary_cache, run_summaries, summarize_metrics  # noqa: E402
+from medeval_core.records import Case, CaseOutcome, CaseRecords, CaseResult, CaseStatus, RunConfig  # noqa: E402
+from medeval_core.runner import BatchRunner  # noqa: E402
+from medeval_core.settings import load_settings  # noqa: E402
+from medeval_core.store import Store  # noqa: E402
+
+WRITE_TARGET = 5_000.0
+SUMMARY_TARGET_S = 1.0
+
+
+def instant_case(case: Case, ctx: CaseContext) -> CaseOutcome:
+    index = int(case.case_id.rsplit("-", 1)[1])
+    ctx.record_turn("bench", "answer", {"case": case.case_id})
+    return CaseOutcome(output={"answer": index % 7}, metrics={"correct": index % 3 != 0, "cost": float(index % 11)})
+
+
+def new_run(store: Store, tag: str, expected: int) -> str:
+    run_id = f"store-bench-{tag}-{uuid.uuid4().hex[:8]}"
+    store.create_run(RunConfig(benchmark="store-bench", label=tag), run_id=run_id, expected_cases=expected)
+    return run_id
+
+
+def bench_runner(store: Store, n_cases: int, workers: int) -> float:
+    run_id = new_run(store, "runner", n_cases)
+    cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
+    runner = BatchRunner(store, load_settings(), workers=workers)
+    started = time.perf_counter()
+    report = runner.execute(run_id, cases, instant_case, repetitions=1)
+    elapsed = time.perf_counter() - started
+    if report.done != n_cases:
+        raise SystemExit(f"The runner finished {report.done} of {n_cases} cases.")
+    return n_cases / elapsed
+
+
+def bench_save_result(store: Store, n_cases: int) -> float:
+    """The previous main's path: one transaction (with its duplicate check) per result."""
+    run_id = new_run(store, "save-result", n_cases)
+    started = time.perf_counter()
+    for i in range(n_cases):
+        store.save_result(CaseResult(run_id=run_id, case_id=f"case-{i:06d}", status=CaseStatus.OK,
+                                     metrics={"correct": i % 3 != 0, "cost": float(i % 11)}))
+    return n_cases / (time.perf_counter() - started)
+
+
+def bench_summary(store: Store, n_results: int, repetitions: int = 4) -> tuple[float, float, float]:
+    """(the page's summary uncached, results() + summarize_metrics, the page's summary cached) in seconds."""
+    run_id = new_run(store, "summary", n_results)
+    batch = [
+        CaseRecords(result=CaseResult(
+            run_id=run_id, case_id=f"case-{i // repetitions:06d}", repetition=i % repetitions, status=CaseStatus.OK,
+            output={"answer": i % 7}, metrics={"correct": i % 3 != 0, "cost": float(i % 11), "turns": i % 5}))
+        for i in range(n_results)
+    ]
+    for start in range(0, n_results, 5_000):
+        store.save_case_records(batch[start:start + 5_000])
+    clear_summary_cache()
+    started = time.perf_counter()
+    summaries = run_summaries(store, run_id)
+    page_s = time.perf_counter() - started
+    assert {s.n for s in summaries} == {n_results // repetitions}
+    started = time.perf_counter()
+    results = store.results(run_id)
+    full = summarize_metrics(results)
+    full_s = time.perf_counter() - started
+    assert len(results) == n_results and full == summaries
+    started = time.perf_counter()
+    run_summaries(store, run_id)
+    cached_s = time.perf_counter() - started
+    return page_s, full_s, cached_s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=20_000, help="cases through the runner (default 20000)")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--baseline-cases", type=int, default=500,
+                        help="results through the old per-result save_result path (0: skip)")
+    parser.add_argument("--summary-results", type=int, default=100_000)
+    parser.add_argument("--db-url", help="database to write to (default: a SQLite file in a temporary folder)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="medeval-store-bench-") as folder:
+        url = args.db_url or f"sqlite:///{Path(folder) / 'bench.db'}"
+        store = Store(url)
+        rate = bench_runner(store, args.cases, args.workers)
+        baseline = bench_save_result(store, args.baseline_cases) if args.baseline_cases else None
+        summary_s, full_s, cached_s = bench_summary(store, args.summary_results)
+        store.engine.dispose()
+
+    print(f"runner (group commit), {args.cases} cases, {args.workers} workers: {rate:,.0f} results/s "
+          f"(target >= {WRITE_TARGET:,.0f})")
+    if baseline is not None:
+        print(f"old path (Store.save_result per result), {args.baseline_cases} results: {baseline:,.0f} results/s")
+    print(f"runs page summary over {args.summary_results} results: {summary_s:.3f} s (target <= "
+          f"{SUMMARY_TARGET_S} s); Store.results + summarize_metrics: {full_s:.3f} s; cached: {cached_s * 1000:.1f} ms")
+    ok = rate >= WRITE_TARGET and summary_s <= SUMMARY_TARGET_S
+    if args.json:
+        print(json.dumps({"results_per_s": round(rate, 1), "summary_s": round(summary_s, 4),
+                          "save_result_per_s": None if baseline is None else round(baseline, 1),
+                          "results_and_summarize_s": round(full_s, 4), "summary_cached_s": round(cached_s, 5),
+                          "cases": args.cases, "workers": args.workers, "summary_results": args.summary_results,
+                          "ok": ok}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
