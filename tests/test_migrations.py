@@ -129,3 +129,16 @@ def test_a_database_with_only_some_tables_is_refused(tmp_path: Path) -> None:
         connection.execute("CREATE TABLE runs (id VARCHAR PRIMARY KEY)")
     with pytest.raises(StoreError, match="not a medeval store"):
         Store(f"sqlite:///{path}")
+
+
+def test_the_migrations_render_for_postgresql(capsys: pytest.CaptureFixture[str]) -> None:
+    """No PostgreSQL server here: render the whole chain as PostgreSQL DDL (offline) and check it is plain ALTERs."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url="postgresql://medeval@localhost/medeval"), "head", sql=True)
+    ddl = capsys.readouterr().out
+    assert "CREATE TABLE runs" in ddl and "CREATE TABLE model_calls" in ddl
+    assert "ALTER TABLE runs ADD COLUMN kind VARCHAR DEFAULT 'batch' NOT NULL" in ddl
+    assert "ALTER TABLE case_results ADD COLUMN scores JSON DEFAULT '{}' NOT NULL" in ddl
+    assert "_alembic_tmp" not in ddl and "PRAGMA" not in ddl  # no SQLite table copies
+    assert f"UPDATE alembic_version SET version_num='{HEAD}'" in ddl

@@ -24,6 +24,12 @@ def _run(connection) -> None:  # noqa: ANN001 - a SQLAlchemy Connection
 connection = config.attributes.get("connection")
 if connection is not None:
     _run(connection)
+elif context.is_offline_mode():
+    # `alembic upgrade --sql`: the SQL for a DBA to review or run (also how the PostgreSQL DDL is checked).
+    url = config.get_main_option("sqlalchemy.url") or os.environ["MEDEVAL_DB_URL"]
+    context.configure(url=url, target_metadata=target_metadata, literal_binds=True, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
 else:
     url = config.get_main_option("sqlalchemy.url") or os.environ["MEDEVAL_DB_URL"]
     engine = create_engine(url)
