@@ -88,3 +88,18 @@ def test_faults_end_judged_or_failed_and_a_resume_finishes_the_failed(
     summary = second["summary"]
     assert (summary["judged"], summary["failed"], summary["pending"], summary["correct"]) == (12, 0, 0, 12)
     assert len(store.judgements(run_id="faulty-run", case_id="r-08")) == 10
+
+
+def test_without_json_progress_comes_every_ten_cases_and_the_summary_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("".join(json.dumps({"image_id": f"c{i:02d}", "reference": "melanoma",
+                                             "response": "Final diagnosis: melanoma"}) + "\n" for i in range(25)),
+                         encoding="utf-8")
+    assert main(["judge", "ddi", "--responses", str(responses), "--judge", "offline", "--run-id", "plain"]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("[plain]")]
+    assert lines and "pending 0" in lines[-1] and len(lines) <= 4  # start, crossings of 10 and 20, completion
+    assert "accuracy_expected" in captured.out and "accuracy_judged" in captured.out
+    assert "expected 25, done 25, failed 0, pending 0" in captured.out

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medeval_core.benchmark import RunSummary
-from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, ThrottledProgress, print_json, print_summary
+from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json, print_progress, print_summary
 
 if TYPE_CHECKING:
-    from medeval_core.runner import ProgressCallback, RunReport
+    from medeval_core.runner import Progress, ProgressCallback, RunReport
     from medeval_core.settings import Settings
     from medeval_core.store import Store
 
@@ -28,6 +28,27 @@ def _judge_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-base-url", help="OpenAI-compatible judge endpoint (implies --judge openai)")
     parser.add_argument("--judge-model", help="judge model name (default: configs/ddi_judge.json)")
     parser.add_argument("--concurrency", type=int, help="concurrent judge requests (protocol: 16)")
+
+
+class EveryNCases:
+    """The protocol's progress: a line each time another ``every`` cases have finished, and one at completion
+    (finished cases are committed in groups, so a line is printed when a multiple of ``every`` is crossed)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = max(1, every)
+        self._last: tuple[str, int] | None = None
+
+    def __call__(self, progress: Progress) -> None:
+        finished = progress.done + progress.failed
+        step = (progress.run_id, finished // self.every if progress.pending else -1)
+        fresh = self._last is None or self._last[0] != step[0]
+        if step != self._last and (fresh or step[1] == -1 or step[1] > (self._last or step)[1]):
+            self._last = step
+            print_progress(progress)
+
+
+def _progress(settings: Settings, wanted: bool) -> ProgressCallback | None:
+    return EveryNCases(settings.judge.batch_evaluator_defaults.progress_every) if wanted else None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -83,7 +104,8 @@ class DdiCli(BenchmarkCli):
                     mode=args.mode, model_backend=args.model_backend, model=args.model, base_url=args.base_url,
                     greedy=args.greedy, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                     workers=args.workers),
-                self._judge_choice(args), run_id=args.run_id, label=args.label, on_progress=on_progress)
+                self._judge_choice(args), run_id=args.run_id, label=args.label,
+                on_progress=_progress(settings, on_progress is not None))
         except _user_errors() as exc:
             raise CommandError(str(exc)) from exc
         report = judge or model
@@ -126,7 +148,7 @@ class DdiCli(BenchmarkCli):
         try:
             report = workflow.judge_responses(settings, store, args.responses.resolve(), args.mode, choice,
                                               run_id=args.run_id, label=args.label,
-                                              on_progress=None if args.json else ThrottledProgress())
+                                              on_progress=_progress(settings, not args.json))
         except _user_errors() as exc:
             raise CommandError(str(exc)) from exc
         summary = service.stored_summary(store, report.run_id) or service.summarize_run(store, report.run_id,
