@@ -92,7 +92,7 @@ def _per_case_means_of_rows(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> di
             kind = type(value)
             if kind is bool:
                 pass
-            elif kind is int or kind is float or isinstance(value, int | float) and not isinstance(value, bool):
+            elif kind is int or kind is float or isinstance(value, int | float):
                 if value != value:  # NaN
                     continue
                 not_binary.add(name)

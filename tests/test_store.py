@@ -72,7 +72,7 @@ def test_a_failed_result_is_replaced_by_its_retry(store: Store) -> None:
 
 
 def test_foreign_keys_reject_results_of_unknown_runs(store: Store) -> None:
-    with pytest.raises(StoreError, match="FOREIGN KEY.*does run 'no-such-run' exist"):
+    with pytest.raises(StoreError, match=r"FOREIGN KEY.*does run 'no-such-run' exist"):
         store.save_result(ok_result("no-such-run", "c1"))
     assert store.results("no-such-run") == []
 

@@ -112,7 +112,9 @@ def bootstrap_mean_ci(
     return float(low), float(high)
 
 
-def mcnemar_exact(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> tuple[int, int, float]:
+def mcnemar_exact(
+    a_correct: Sequence[bool] | np.ndarray, b_correct: Sequence[bool] | np.ndarray
+) -> tuple[int, int, float]:
     """Exact McNemar test on paired outcomes: (cases only A got right, cases only B got right, two-sided p)."""
     a = np.asarray(a_correct, dtype=bool)
     b = np.asarray(b_correct, dtype=bool)
@@ -137,4 +139,4 @@ def krippendorff_alpha(
 ) -> float:
     """Krippendorff's alpha; ``ratings`` is annotators x items with None for a missing rating."""
     matrix = np.array([[np.nan if v is None else v for v in row] for row in ratings], dtype=float)
-    return float(krippendorff.alpha(reliability_data=matrix, level_of_measurement=level))
+    return float(krippendorff.alpha(reliability_data=matrix, level_of_measurement=level))  # type: ignore[arg-type]

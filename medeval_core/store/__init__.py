@@ -18,10 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Text, UniqueConstraint, cast, event, func, text
+from sqlalchemy import JSON, Column, Table, Text, UniqueConstraint, cast, event, func, text
 from sqlalchemy.engine import Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlmodel import Field, Session, SQLModel, create_engine, select
+from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
 from medeval_core.records import (
     Annotation,
@@ -274,7 +274,7 @@ class Store:
                     f"Case {result.case_id!r} (repetition {result.repetition}) of run {result.run_id!r} "
                     "is already finished; its result is kept."
                 )
-            row = existing or CaseResultRow(run_id=result.run_id, case_id=result.case_id)
+            row = existing or CaseResultRow(run_id=result.run_id, case_id=result.case_id, status=result.status)
             for key, value in result.model_dump(exclude={"run_id", "case_id"}).items():
                 setattr(row, key, value)
             session.add(row)
@@ -286,9 +286,8 @@ class Store:
                     raise DuplicateResultError(
                         f"Case {result.case_id!r} of run {result.run_id!r} was written concurrently; the first is kept."
                     ) from exc
-                raise StoreError(
-                    f"The result of case {result.case_id!r} was rejected ({exc.orig}); does run {result.run_id!r} exist?"
-                ) from exc
+                raise StoreError(f"The result of case {result.case_id!r} was rejected ({exc.orig}); "
+                                 f"does run {result.run_id!r} exist?") from exc
             session.refresh(row)
         return row
 
@@ -311,7 +310,7 @@ class Store:
 
     def _write_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
         run_ids = {item.result.run_id for item in batch}
-        results_table = CaseResultRow.__table__
+        results_table = _table(CaseResultRow)
         with self._write_lock, self.engine.begin() as connection:
             stored: dict[tuple[str, str, int], str] = {}
             for run_id in run_ids:
@@ -340,15 +339,15 @@ class Store:
                 keep.append(item)
                 written.append(True)
             for run_id, case_id, repetition in replace:
-                for table in (results_table, TurnRow.__table__):
+                for table in (results_table, _table(TurnRow)):
                     connection.execute(table.delete().where(
                         table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition))
             if keep:
                 connection.execute(results_table.insert(), [item.result.model_dump() for item in keep])
                 for table, records in (
-                    (TurnRow.__table__, [t for item in keep for t in item.turns]),
-                    (JudgementRow.__table__, [j for item in keep for j in item.judgements]),
-                    (ModelCallRow.__table__, [c for item in keep for c in item.model_calls]),
+                    (_table(TurnRow), [t for item in keep for t in item.turns]),
+                    (_table(JudgementRow), [j for item in keep for j in item.judgements]),
+                    (_table(ModelCallRow), [c for item in keep for c in item.model_calls]),
                 ):
                     if records:
                         now = utc_now()
@@ -358,7 +357,7 @@ class Store:
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
         """A run's results in insertion order. Read with SQLAlchemy Core, the JSON columns decoded in one call, and
         built without re-validation (the rows were validated on the way in)."""
-        table = CaseResultRow.__table__
+        table = _table(CaseResultRow)
         statement = select(*_result_columns(table)).where(table.c.run_id == run_id)
         if status is not None:
             statement = statement.where(table.c.status == status)
@@ -369,7 +368,7 @@ class Store:
     def metric_rows(self, run_id: str) -> list[tuple[str, int, dict[str, Any]]]:
         """(case id, repetition, metrics) of a run's finished results, in insertion order: what summaries need,
         without the outputs, scores and timestamps."""
-        table = CaseResultRow.__table__
+        table = _table(CaseResultRow)
         statement = (select(table.c.case_id, table.c.repetition, cast(table.c.metrics, Text))
                      .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK).order_by(table.c.id))
         with self.engine.connect() as connection:
@@ -391,14 +390,14 @@ class Store:
     def results_stamp(self, run_id: str) -> tuple[int, int | None]:
         """(number of results, newest row id) of a run: changes whenever a result is added or replaced, so it
         keys caches of summaries."""
-        table = CaseResultRow.__table__
+        table = _table(CaseResultRow)
         with self.engine.connect() as connection:
             count, newest = connection.execute(
                 select(func.count(), func.max(table.c.id)).where(table.c.run_id == run_id)).one()
         return int(count), newest
 
     def result(self, run_id: str, case_id: str, repetition: int = 0) -> CaseResult | None:
-        table = CaseResultRow.__table__
+        table = _table(CaseResultRow)
         statement = select(*_result_columns(table)).where(
             table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition)
         with self.engine.connect() as connection:
@@ -419,7 +418,7 @@ class Store:
             .group_by(CaseResultRow.status)
         )
         with self.session() as session:
-            return {status: count for status, count in session.exec(statement)}
+            return dict(session.exec(statement).all())
 
     # Turns, judgements, annotations --------------------------------------------------------------------------
 
@@ -433,7 +432,7 @@ class Store:
         statement = (
             select(TurnRow)
             .where(TurnRow.run_id == run_id, TurnRow.case_id == case_id, TurnRow.repetition == repetition)
-            .order_by(TurnRow.index)
+            .order_by(col(TurnRow.index))
         )
         with self.session() as session:
             return [Turn.model_validate(row, from_attributes=True) for row in session.exec(statement)]
@@ -447,7 +446,7 @@ class Store:
         return row
 
     def judgements(self, run_id: str | None = None, case_id: str | None = None) -> list[Judgement]:
-        statement = select(JudgementRow).order_by(JudgementRow.id)
+        statement = select(JudgementRow).order_by(col(JudgementRow.id))
         if run_id is not None:
             statement = statement.where(JudgementRow.run_id == run_id)
         if case_id is not None:
@@ -461,7 +460,7 @@ class Store:
             session.commit()
 
     def model_calls(self, run_id: str, case_id: str | None = None) -> list[ModelCall]:
-        statement = select(ModelCallRow).where(ModelCallRow.run_id == run_id).order_by(ModelCallRow.id)
+        statement = select(ModelCallRow).where(ModelCallRow.run_id == run_id).order_by(col(ModelCallRow.id))
         if case_id is not None:
             statement = statement.where(ModelCallRow.case_id == case_id)
         with self.session() as session:
@@ -476,7 +475,7 @@ class Store:
         return row
 
     def annotations(self, task: str | None = None) -> list[AnnotationRow]:
-        statement = select(AnnotationRow).order_by(AnnotationRow.id)
+        statement = select(AnnotationRow).order_by(col(AnnotationRow.id))
         if task is not None:
             statement = statement.where(AnnotationRow.task == task)
         with self.session() as session:
@@ -488,6 +487,11 @@ class Store:
                   "model_calls": ModelCallRow, "annotations": AnnotationRow}
         with self.session() as session:
             return {name: session.exec(select(func.count()).select_from(table)).one() for name, table in tables.items()}
+
+
+def _table(model: type[SQLModel]) -> Table:
+    """A table model's Core table (SQLModel sets ``__table__`` at class creation; typing does not know it)."""
+    return model.__table__  # type: ignore[attr-defined]
 
 
 _RESULT_FIELDS = tuple(CaseResult.model_fields)
