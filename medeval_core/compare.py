@@ -15,9 +15,11 @@ caches them per run and result stamp (count and newest row), so a page rerun doe
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +67,18 @@ class RunComparison(BaseModel):
     summaries_a: list[MetricSummary]
     summaries_b: list[MetricSummary]
     paired: list[PairedComparison]
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC passes while the per-case tables are built (they make many small objects and no cycles)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -132,12 +146,15 @@ def _summary(name: str, values: CaseMeans) -> MetricSummary:
 
 
 def summarize_metrics(results: Iterable[CaseResult]) -> list[MetricSummary]:
-    return [_summary(name, values) for name, values in sorted(_per_case_means(results).items())]
+    with _gc_paused():
+        means = _per_case_means(results)
+    return [_summary(name, values) for name, values in sorted(means.items())]
 
 
 def summarize_metric_rows(rows: Iterable[tuple[str, int, Mapping[str, Any]]]) -> list[MetricSummary]:
     """``summarize_metrics`` over ``Store.metric_rows`` (case id, repetition, metrics of finished results)."""
-    means = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows)
+    with _gc_paused():
+        means = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows)
     return [_summary(name, values) for name, values in sorted(means.items())]
 
 

@@ -361,9 +361,9 @@ class Store:
         statement = select(*_result_columns(table)).where(table.c.run_id == run_id)
         if status is not None:
             statement = statement.where(table.c.status == status)
-        with self.engine.connect() as connection:
+        with _gc_paused(), self.engine.connect() as connection:
             rows = connection.execute(statement.order_by(table.c.id)).all()
-        return _result_records(rows)
+            return _result_records(rows)
 
     def metric_rows(self, run_id: str) -> list[tuple[str, int, dict[str, Any]]]:
         """(case id, repetition, metrics) of a run's finished results, in insertion order: what summaries need,
@@ -371,9 +371,8 @@ class Store:
         table = _table(CaseResultRow)
         statement = (select(table.c.case_id, table.c.repetition, cast(table.c.metrics, Text))
                      .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK).order_by(table.c.id))
-        with self.engine.connect() as connection:
+        with _gc_paused(), self.engine.connect() as connection:
             rows = connection.execute(statement).all()
-        with _gc_paused():
             metrics = _decode_json([row[2] for row in rows])
             return [(row[0], row[1], values) for row, values in zip(rows, metrics, strict=True)]
 
