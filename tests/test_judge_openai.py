@@ -229,7 +229,9 @@ def test_a_mixed_batch_score_run_ends_with_every_case_judged_or_failed(
     responses.write_text("".join(json.dumps({"image_id": f"case-{i:02d}", "reference": "basal-cell-carcinoma-nodular",
                                              "response": item(f"case-{i:02d}").response}) + "\n"
                                  for i in range(40)), encoding="utf-8")
-    settings = scaled_settings()
+    # A generous timeout: this test counts the scripted retries exactly, and on loaded CI cores a good reply
+    # can take longer than the 0.3 s the timeout tests use, which would add a timed-out attempt.
+    settings = scaled_settings(timeout_s=10.0)
     store = context.current_store()
     service.launch("ddi", DdiParams(ResponsesParams(responses_file=str(responses))), settings, store,
                    run_id="mixed-responses")
