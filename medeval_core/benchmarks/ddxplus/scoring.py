@@ -17,21 +17,30 @@ Decisions, each reported as a warning:
 - a line for a row that the loader skipped is ignored.
 A line that is not valid JSON, lacks ``index``/``differential``, repeats an index, or gives a non-numeric mass
 is an error naming the line: scores from a half-read file would mislead.
+
+Reading is in bulk, like the patients loader: lines in the layout above (keys in that order, ``inquired``
+optional, any spacing) are split on the JSON quote; the separators between strings are checked once per
+distinct shape and their numbers parsed in one go; strings are decoded once per distinct string. Any other line
+goes through ``json.loads``. Every check then runs over all lines at once; when one fails, the first failing
+line is read again by ``_parse_line``, the one rule book, so the error names the same line with the same message
+as reading the file line by line would.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
-from medeval_core.benchmarks.ddxplus.patients import PatientSet
+from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, parse_numbers, shape_table, shapes, spans
 from medeval_core.metrics import ddxplus as ddx_metrics
 
 REFERENCE_ROWS = {
@@ -88,6 +97,25 @@ def _entries(differential: Any, where: str) -> list[tuple[str, float]]:
     raise PredictionFileError(f"{where}: 'differential' must be an object of name -> mass (or [name, mass] pairs).")
 
 
+def _repeated(owner: np.ndarray, values: np.ndarray, n_owners: int) -> np.ndarray:
+    """(n_owners,) bool: the owner lists some value twice (values >= 0)."""
+    found = np.zeros(n_owners, dtype=bool)
+    if not len(values):
+        return found
+    width = int(values.max()) + 1
+    key = owner * width + values
+    if n_owners * width <= 1 << 27:
+        # Most files repeat nothing: one scatter says so without sorting.
+        seen = np.zeros(n_owners * width, dtype=bool)
+        seen[key] = True
+        if np.count_nonzero(seen) == len(key):
+            return found
+    order = np.argsort(key, kind="stable")
+    again = key[order][1:] == key[order][:-1]
+    found[owner[order][1:][again]] = True
+    return found
+
+
 class PredictionBuilder:
     """Collects per-patient predictions into arrays; used for prediction files and for finished runs alike."""
 
@@ -101,25 +129,28 @@ class PredictionBuilder:
         self._rows: list[int] = []
         self._cols: list[int] = []
         self._masses: list[float] = []
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.extra: dict[str, int] = {}
         self.unknown_names: set[str] = set()
         self.unknown_codes: set[str] = set()
 
+    def _column(self, name: str) -> int:
+        column = self.kb.pathology_index(name)
+        if column is None:
+            self.unknown_names.add(name)
+            column = self.kb.n_pathologies + self.extra.setdefault(name, len(self.extra))
+        return column
+
     def add(self, position: int, entries: Iterable[tuple[str, float]], inquired: Iterable[str]) -> None:
         """Record one patient's prediction. Raises ValueError for a second prediction or a pathology named twice
         (e.g. by its English and its French name)."""
-        k = self.kb.n_pathologies
         if self.has_line[position]:
             raise ValueError(f"patient {int(self.patients.rows[position])} already has a prediction")
         seen: set[int] = set()
         for name, mass in entries:
-            column = self.kb.pathology_index(name)
-            if column is None:
-                self.unknown_names.add(name)
-                column = k + self.extra.setdefault(name, len(self.extra))
+            column = self._column(name)
             if column in seen:
-                raise ValueError(f"the differential names {self.kb.pathology_names[column] if column < k else name!r} "
-                                 "twice")
+                raise ValueError(_twice(self.kb, column, name))
             seen.add(column)
             self._rows.append(position)
             self._cols.append(column)
@@ -136,14 +167,56 @@ class PredictionBuilder:
                 self.inquired[position, root] = True
         self.n_questions[position] = count
 
+    def add_lines(self, positions: np.ndarray, counts: np.ndarray, names: tuple[np.ndarray, list[str]],
+                  masses: np.ndarray, questions: np.ndarray, codes: tuple[np.ndarray, list[str]]) -> None:
+        """``add`` for many patients at once, in order: the patient at ``positions[i]`` lists ``counts[i]`` entries
+        and ``questions[i]`` inquired codes. ``names`` and ``codes`` are (per entry, index into the distinct
+        strings; the distinct strings)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        clash = self.has_line[positions].copy()
+        clash[np.setdiff1d(np.arange(len(positions)), np.unique(positions, return_index=True)[1])] = True
+        if clash.any():
+            raise ValueError(f"patient {int(self.patients.rows[positions[np.argmax(clash)]])} already has a prediction")
+        name_codes, name_table = names
+        column_of = np.array([-1 if (c := self.kb.pathology_index(name)) is None else c for name in name_table],
+                             dtype=np.int64)
+        columns = column_of[name_codes]
+        unknown = np.flatnonzero(columns < 0)
+        if len(unknown):
+            # Names outside the KB get extra columns in the order they first appear, as with add().
+            distinct_unknown, first = np.unique(name_codes[unknown], return_index=True)
+            for code in distinct_unknown[np.argsort(first)].tolist():
+                column_of[code] = self._column(name_table[code])
+            columns = column_of[name_codes]
+        owner = np.repeat(np.arange(len(positions)), counts)
+        repeated = _repeated(owner, columns, len(positions))
+        if repeated.any():
+            listed: set[int] = set()
+            for entry in np.flatnonzero(owner == np.argmax(repeated)).tolist():
+                if int(columns[entry]) in listed:
+                    raise ValueError(_twice(self.kb, int(columns[entry]), name_table[name_codes[entry]]))
+                listed.add(int(columns[entry]))
+        self._chunks.append((positions[owner], columns, np.asarray(masses, dtype=np.float64)))
+        self.has_line[positions] = True
+        self.inquired[positions, self.patients.initial_root[positions]] = True
+        code_codes, code_table = codes
+        root_of_code = np.array([self.kb.root_index.get(root_of(code), -1) for code in code_table], dtype=np.int64)
+        roots = root_of_code[code_codes]
+        known = roots >= 0
+        self.unknown_codes.update(code_table[code] for code in np.unique(code_codes[~known]).tolist())
+        self.inquired[np.repeat(positions, questions)[known], roots[known]] = True
+        self.n_questions[positions] = questions
+
     def build(self, warnings: list[str] | None = None) -> Predictions:
-        rows = np.asarray(self._rows, dtype=np.int64)
+        rows = np.concatenate([np.asarray(self._rows, dtype=np.int64)] + [chunk[0] for chunk in self._chunks])
+        cols = np.concatenate([np.asarray(self._cols, dtype=np.int64)] + [chunk[1] for chunk in self._chunks])
+        masses = np.concatenate([np.asarray(self._masses, dtype=np.float64)] + [chunk[2] for chunk in self._chunks])
         # Group by patient; the stable sort keeps each patient's listing order.
         grouped = np.argsort(rows, kind="stable")
         entries = ddx_metrics.Entries(
             bounds=np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(self.patients)))]),
-            col=np.asarray(self._cols, dtype=np.int64)[grouped],
-            mass=np.asarray(self._masses, dtype=np.float64)[grouped],
+            col=cols[grouped],
+            mass=masses[grouped],
         )
         # Rows never given stay at their defaults: no mass, and the initial evidence as the only inquired root.
         missing = np.flatnonzero(~self.has_line)
@@ -165,49 +238,350 @@ class PredictionBuilder:
                            has_line=self.has_line, extra_names=list(self.extra), warnings=notes)
 
 
+def _parse_line(line: str, where: str, total_rows: int, seen: set[int] | None) -> tuple[int, list, list]:
+    """One line read as the format says, with every check in order: (index, entries, inquired). ``seen``: the
+    indices of the lines before (None: the caller checks repeats itself)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PredictionFileError(f"{where} is not valid JSON ({exc.msg}).") from None
+    if not isinstance(record, dict) or "index" not in record or "differential" not in record:
+        raise PredictionFileError(f"{where} needs an object with 'index' and 'differential'.")
+    index = record["index"]
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < total_rows:
+        raise PredictionFileError(
+            f"{where}: index {index!r} is not a row of the patients file (0 to {total_rows - 1})."
+        )
+    if seen is not None and index in seen:
+        raise PredictionFileError(f"{where}: index {index} already has a prediction; keep one line each.")
+    inquired = record.get("inquired", [])
+    if not isinstance(inquired, list) or not all(isinstance(code, str) for code in inquired):
+        raise PredictionFileError(f"{where}: 'inquired' must be a list of evidence codes.")
+    return index, _entries(record["differential"], where), inquired
+
+
+def _twice(kb: KnowledgeBase, column: int, name: str) -> str:
+    return f"the differential names {kb.pathology_names[column] if column < kb.n_pathologies else name!r} twice"
+
+
+# Bulk reading of the documented layout. Separators between strings, with digits as d (``shape_table``), and
+# what they are followed by: the key "index", the key "differential", a name, the key "inquired", a code, or the
+# end of the block.
+_KEY_INDEX, _KEY_DIFFERENTIAL, _NAME, _KEY_INQUIRED, _CODE, _END = range(6)
+_W = rb"[ \t]*"
+_COLON = _W + rb":" + _W
+_NEXT_LINE = rb"\}[ \t]*\n(?:[ \t]*\n)*[ \t]*\{" + _W
+_LAST_LINE = rb"\}[ \t]*(?:\n[ \t]*)*"
+_MASS = _COLON + rb"-?d+(?:\.d+)?(?:[eE][-+]?d+)?" + _W
+_SEPARATORS: list[tuple[bytes, int, int]] = [
+    # (shape, what precedes it, what follows it)
+    (rb"(?:[ \t]*\n)*[ \t]*\{" + _W, -1, _KEY_INDEX),
+    (_COLON + rb"-?d+" + _W + rb"," + _W, _KEY_INDEX, _KEY_DIFFERENTIAL),
+    (_COLON + rb"\{" + _W, _KEY_DIFFERENTIAL, _NAME),
+    (_COLON + rb"\{" + _W + rb"\}" + _W + rb"," + _W, _KEY_DIFFERENTIAL, _KEY_INQUIRED),
+    (_COLON + rb"\{" + _W + rb"\}" + _W + _NEXT_LINE, _KEY_DIFFERENTIAL, _KEY_INDEX),
+    (_COLON + rb"\{" + _W + rb"\}" + _W + _LAST_LINE, _KEY_DIFFERENTIAL, _END),
+    (_MASS + rb"," + _W, _NAME, _NAME),
+    (_MASS + rb"\}" + _W + rb"," + _W, _NAME, _KEY_INQUIRED),
+    (_MASS + rb"\}" + _W + _NEXT_LINE, _NAME, _KEY_INDEX),
+    (_MASS + rb"\}" + _W + _LAST_LINE, _NAME, _END),
+    (_COLON + rb"\[" + _W, _KEY_INQUIRED, _CODE),
+    (_COLON + rb"\[" + _W + rb"\]" + _W + _NEXT_LINE, _KEY_INQUIRED, _KEY_INDEX),
+    (_COLON + rb"\[" + _W + rb"\]" + _W + _LAST_LINE, _KEY_INQUIRED, _END),
+    (_W + rb"," + _W, _CODE, _CODE),
+    (_W + rb"\]" + _W + _NEXT_LINE, _CODE, _KEY_INDEX),
+    (_W + rb"\]" + _W + _LAST_LINE, _CODE, _END),
+]
+_SEPARATOR_PATTERNS = [re.compile(shape) for shape, _, _ in _SEPARATORS]
+_INDEX_SEPARATOR, _MASS_SEPARATOR = 1, 6
+# Indexed by separator class; the last cell (class -1) is for a separator of no class.
+_PRECEDES = np.array([row[1] for row in _SEPARATORS] + [-2], dtype=np.int64)
+_FOLLOWS = np.array([row[2] for row in _SEPARATORS] + [-3], dtype=np.int64)
+_HOLDS_NUMBER = np.isin(_PRECEDES, [_KEY_INDEX, _NAME])
+# The key a string must be, by what it is (None: any string), and the arrays a file's lines become.
+_KEY_OF_ROLE = ["index", "differential", None, "inquired", None, None]
+_LINE_ARRAYS = {"line": np.int64, "index": np.float64, "n_entries": np.int32, "names": np.int32,
+                "masses": np.float64, "n_codes": np.int32, "codes": np.int32}
+_JSON_SHAPES = shape_table(b"{}[]:, \t\n.eE+-")
+_NEEDS_DECODING = re.compile(r"[\x00-\x1f\\]")
+_BLOCK_CHARS = 1 << 22
+
+
+def _take(items: list[str], at: np.ndarray) -> list[str]:
+    if len(at) < 2:
+        return [items[i] for i in at.tolist()]
+    return list(itemgetter(*at.tolist())(items))
+
+
+def _decode(raw: str) -> str | None:
+    """A JSON string's text from between its quotes; None if it is not one (a quote ends it early, say)."""
+    if not _NEEDS_DECODING.search(raw):
+        return raw
+    try:
+        return json.loads(f'"{raw}"')
+    except json.JSONDecodeError:
+        return None
+
+
+def _text_blocks(path: Path) -> Iterator[str]:
+    """The file in blocks of whole lines, decoded as iterating over it would (BOM dropped, newlines translated)."""
+    with path.open(encoding="utf-8-sig") as handle:
+        rest = ""
+        while chunk := handle.read(_BLOCK_CHARS):
+            chunk = rest + chunk
+            cut = chunk.rfind("\n") + 1
+            rest = chunk[cut:]
+            if cut:
+                yield chunk[:cut]
+        if rest:
+            yield rest
+
+
+class _Lines:
+    """Every prediction line of a file, as arrays in line order: those in the documented layout read in bulk, the
+    others through ``_parse_line``."""
+
+    def __init__(self, total_rows: int) -> None:
+        self.total_rows = total_rows
+        self.names: dict[str, int] = {}
+        self.codes: dict[str, int] = {}
+        self.parts: dict[str, list[np.ndarray]] = {key: [] for key in _LINE_ARRAYS}
+        self.slow: dict[int, str] = {}
+        self.first_error: int | None = None
+        # Per distinct separator shape, over all blocks: its class, and whether its number is an integer.
+        self.kinds: dict[bytes, tuple[int, bool]] = {}
+
+    @staticmethod
+    def _intern(table: dict[str, int], texts: list[str | None], used: np.ndarray) -> np.ndarray:
+        """``used`` (indices into ``texts``) as ids in ``table``, adding the texts it lacks; -1 for None."""
+        ids = np.full(len(texts), -1, dtype=np.int32)
+        for i in np.flatnonzero(np.bincount(used, minlength=len(texts))).tolist():
+            text = texts[i]
+            if text is not None:
+                ids[i] = table.setdefault(text, len(table))
+        return ids[used]
+
+    def _kind(self, shape: bytes) -> tuple[int, bool]:
+        found = self.kinds.get(shape)
+        if found is None:
+            kind = next((k for k, pattern in enumerate(_SEPARATOR_PATTERNS) if pattern.fullmatch(shape)), -1)
+            found = self.kinds[shape] = kind, re.search(rb"[.eE]", shape) is None
+        return found
+
+    def block(self, text: str, first_line: int) -> None:
+        n_lines = text.count("\n") + (not text.endswith("\n"))
+        if "\x00" in text or "\x01" in text:
+            self._without(text, first_line, [i for i, line in enumerate(text.split("\n"))
+                                             if "\x00" in line or "\x01" in line])
+            return
+        # Codes listed as json.dumps writes them ("E_91", "E_53") become one string, split at \x01 below: a third
+        # fewer pieces. Only a list of strings has '", "', so anywhere else the \x01 marks the line as bad.
+        pieces = text.replace('", "', "\x01").split('"')
+        outside = pieces[0::2]
+        shape_codes, distinct_shapes, joined = shapes(outside, _JSON_SHAPES)
+        newlines = np.array([shape.count(b"\n") for shape in distinct_shapes], dtype=np.int64)[shape_codes]
+        if len(pieces) % 2 == 0 or int(newlines.sum()) != text.count("\n"):
+            # A line with an odd number of quotes: strings would run across lines.
+            self._without(text, first_line, [i for i, line in enumerate(text.split("\n")) if line.count('"') % 2])
+            return
+        ends = np.cumsum(newlines)
+        starts = ends - newlines
+        kinds = [self._kind(shape) for shape in distinct_shapes]
+        kind = np.array([k for k, _ in kinds], dtype=np.int64)[shape_codes]
+        kind[1:][kind[1:] == 0] = -1
+        if kind[0] > 0:
+            kind[0] = -1
+        # ": 5, " is the index after "index" and an integer mass after a name: the separator before says which.
+        index_like = np.flatnonzero(kind[1:] == _INDEX_SEPARATOR) + 1
+        kind[index_like[_FOLLOWS[kind[index_like - 1]] != _KEY_INDEX]] = _MASS_SEPARATOR
+        precedes, follows = _PRECEDES[kind], _FOLLOWS[kind]
+        role = follows[:-1]
+        inside = pieces[1::2]
+        del pieces
+        lists = np.flatnonzero(role == _CODE)
+        singles = np.flatnonzero(role != _CODE)
+        single_of, single_raw = distinct(_take(inside, singles))
+        decoded = [None if "\x01" in value else _decode(value) for value in single_raw]
+        code_lists = _take(inside, lists)
+        del inside
+        per_list = np.fromiter(map(methodcaller("count", "\x01"), code_lists), dtype=np.int64,
+                               count=len(code_lists)) + 1
+        code_of, code_raw = distinct("\x01".join(code_lists).split("\x01") if code_lists else [])
+        del code_lists
+        code_decoded = [_decode(value) for value in code_raw]
+        # Bad separators, successions, strings and keys: their lines are left to json.loads.
+        bad_piece = kind < 0
+        bad_piece[-1] |= follows[-1] != _END
+        bad_pair = precedes[1:] != role
+        # Per distinct string: not a JSON string, or not the key its place needs.
+        wrong = np.array([[text_ is None or (key is not None and text_ != key) for text_ in decoded]
+                          for key in _KEY_OF_ROLE], dtype=bool).reshape(len(_KEY_OF_ROLE), len(decoded))
+        bad_string = np.zeros(len(role), dtype=bool)
+        bad_string[singles] = wrong[np.where(role[singles] >= 0, role[singles], _END), single_of]
+        list_of_code = np.repeat(np.arange(len(lists)), per_list)
+        undecodable = np.array([text_ is None for text_ in code_decoded], dtype=bool)[code_of]
+        bad_string[lists] = np.bincount(list_of_code[undecodable], minlength=len(lists)) > 0
+        numbers = parse_numbers(joined, outside, ~bad_piece, strict_json=True)
+        del joined, outside
+        # NaN where a number should be: one JSON does not allow.
+        bad_piece |= _HOLDS_NUMBER[kind] & np.isnan(numbers)
+        # A separator of no class spoils every line it touches; a string, or a string and the separator after it
+        # that do not go together, spoil the string's line.
+        bad_strings = ends[:-1][bad_string | bad_pair]
+        bad_line = spans(n_lines, np.concatenate([starts[bad_piece], bad_strings]),
+                         np.concatenate([ends[bad_piece], bad_strings]))
+
+        record = np.cumsum(role == _KEY_INDEX) - 1
+        records = np.flatnonzero(role == _KEY_INDEX)
+        record_line = ends[:-1][records]
+        # Strings before the block's first record sit on bad lines; the records own the rest.
+        names = np.flatnonzero((role == _NAME) & (record >= 0))
+        name_ids = self._intern(self.names, decoded, single_of[np.searchsorted(singles, names)])
+        # JSON keeps the last of two equal keys: such a line is left to json.loads.
+        bad_line[record_line[_repeated(record[names], np.maximum(name_ids, 0), len(records))]] = True
+        ok = ~bad_line[record_line]
+        keep_name = ok[record[names]]
+        masses = numbers[names + 1]
+        whole = np.array([integer for _, integer in kinds], dtype=bool)[shape_codes[names + 1]]
+        # A JSON integer is an int: 0 and -0 are both 0.0 once read as a mass.
+        masses[whole & (masses == 0)] = 0.0
+        list_record = record[lists]
+        owned = list_record >= 0
+        list_kept = np.zeros(len(lists), dtype=bool)
+        list_kept[owned] = ok[list_record[owned]]
+        keep_code = np.repeat(list_kept, per_list)
+        self.parts["line"].append((first_line + record_line[ok]).astype(np.int64))
+        self.parts["index"].append(numbers[records + 1][ok])
+        self.parts["n_entries"].append(np.bincount(record[names], minlength=len(records))[ok].astype(np.int32))
+        self.parts["names"].append(name_ids[keep_name])
+        self.parts["masses"].append(masses[keep_name])
+        self.parts["n_codes"].append(np.bincount(list_record[owned], weights=per_list[owned],
+                                                 minlength=len(records))[ok].astype(np.int32))
+        self.parts["codes"].append(self._intern(self.codes, code_decoded, code_of)[keep_code])
+        if bad_line.any():
+            lines = text.split("\n")
+            for i in np.flatnonzero(bad_line).tolist():
+                self.slow.setdefault(first_line + i, lines[i])
+
+    def _without(self, text: str, first_line: int, odd: list[int]) -> None:
+        """``block`` with the ``odd`` lines blanked, and those lines left to json.loads."""
+        lines = text.split("\n")
+        for i in odd:
+            self.slow.setdefault(first_line + i, lines[i])
+            lines[i] = ""
+        self.block("\n".join(lines), first_line)
+
+    def read_slow(self, name: str) -> None:
+        """The lines outside the layout, through ``_parse_line``, up to the first that fails."""
+        rows: dict[str, list[Any]] = {key: [] for key in _LINE_ARRAYS}
+        for number, line in sorted(self.slow.items()):
+            if not line.strip():
+                continue
+            try:
+                index, entries, inquired = _parse_line(line, f"{name} line {number}", self.total_rows, None)
+            except PredictionFileError:
+                self.first_error = number
+                break
+            rows["line"].append(number)
+            rows["index"].append(index)
+            rows["n_entries"].append(len(entries))
+            rows["names"].extend(self.names.setdefault(entry, len(self.names)) for entry, _ in entries)
+            rows["masses"].extend(mass for _, mass in entries)
+            rows["n_codes"].append(len(inquired))
+            rows["codes"].extend(self.codes.setdefault(code, len(self.codes)) for code in inquired)
+        for key, values in rows.items():
+            self.parts[key].append(np.asarray(values, dtype=_LINE_ARRAYS[key]))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """All lines in line order."""
+        parts = {key: np.concatenate(self.parts.pop(key), dtype=dtype) for key, dtype in _LINE_ARRAYS.items()}
+        if np.all(np.diff(parts["line"]) > 0):
+            return parts
+        order = np.argsort(parts["line"], kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        for counts, key in (("n_entries", "names"), ("n_entries", "masses"), ("n_codes", "codes")):
+            parts[key] = parts[key][np.argsort(np.repeat(rank, parts[counts]), kind="stable")]
+        for key in ("line", "index", "n_entries", "n_codes"):
+            parts[key] = parts[key][order]
+        return parts
+
+
+def _line_at(path: Path, number: int) -> str:
+    with path.open(encoding="utf-8-sig") as handle:
+        for at, line in enumerate(handle, start=1):
+            if at == number:
+                return line
+    raise AssertionError(f"{path} has no line {number}")
+
+
 def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
     path = Path(path)
     if not path.is_file():
         raise PredictionFileError(f"{path} does not exist; give a JSON Lines file with one prediction per patient.")
-    builder = PredictionBuilder(patients)
     total_rows = patients.report.total_rows
-    position = patients.position
-    seen: set[int] = set()
-    skipped_rows: list[int] = []
-    with path.open(encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path.name} line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PredictionFileError(f"{where} is not valid JSON ({exc.msg}).") from None
-            if not isinstance(record, dict) or "index" not in record or "differential" not in record:
-                raise PredictionFileError(f"{where} needs an object with 'index' and 'differential'.")
-            index = record["index"]
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < total_rows:
-                raise PredictionFileError(
-                    f"{where}: index {index!r} is not a row of the patients file (0 to {total_rows - 1})."
-                )
-            if index in seen:
-                raise PredictionFileError(f"{where}: index {index} already has a prediction; keep one line each.")
-            seen.add(index)
-            inquired = record.get("inquired", [])
-            if not isinstance(inquired, list) or not all(isinstance(code, str) for code in inquired):
-                raise PredictionFileError(f"{where}: 'inquired' must be a list of evidence codes.")
-            entries = _entries(record["differential"], where)
-            if index not in position:
-                skipped_rows.append(index)
-                continue
-            try:
-                builder.add(position[index], entries, inquired)
-            except ValueError as exc:
-                raise PredictionFileError(f"{where}: {exc}.") from None
+    lines = _Lines(total_rows)
+    first_line = 1
+    for text in _text_blocks(path):
+        lines.block(text, first_line)
+        first_line += text.count("\n")
+    lines.read_slow(path.name)
+    parts = lines.arrays()
+    index, line = parts["index"], parts["line"]
+    name_table, code_table = list(lines.names), list(lines.codes)
+
+    # Every check the line-by-line reading makes, over all lines at once; the first line that fails any is read
+    # again by _parse_line (with the indices seen before it) for its message.
+    in_range = (index >= 0) & (index < total_rows) & (index == np.floor(index))
+    row = np.where(in_range, index, -1).astype(np.int64)
+    # Row -1 (an index out of range) lands in a spare last cell.
+    first_of_row = np.full(total_rows + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first_of_row, row, line)
+    again = in_range & (first_of_row[row] < line)
+    entry_owner = np.repeat(np.arange(len(line)), parts["n_entries"])
+    finite = np.bincount(entry_owner[~np.isfinite(parts["masses"])], minlength=len(line)) == 0
+    position_of_row = np.full(total_rows + 1, -1, dtype=np.int64)
+    position_of_row[patients.rows] = np.arange(len(patients))
+    position = position_of_row[row]
+    scored = in_range & ~again & finite & (position >= 0)
+    column_of = np.array([-1 if (c := patients.kb.pathology_index(name)) is None else c for name in name_table],
+                         dtype=np.int64)
+    columns = column_of[parts["names"]]
+    known = columns >= 0
+    twice = _repeated(entry_owner[known], columns[known], len(line)) & scored
+    failing = np.flatnonzero(~in_range | again | ~finite | twice)
+    candidates = [int(line[failing[0]])] if len(failing) else []
+    if lines.first_error is not None:
+        candidates.append(lines.first_error)
+    if candidates:
+        _raise_for(path, min(candidates), patients, set(row[line < min(candidates)].tolist()))
+
+    scored_entries = scored[entry_owner]
+    scored_codes = scored[np.repeat(np.arange(len(line)), parts["n_codes"])]
+    builder = PredictionBuilder(patients)
+    builder.add_lines(position[scored], parts["n_entries"][scored], (parts["names"][scored_entries], name_table),
+                      parts["masses"][scored_entries], parts["n_codes"][scored],
+                      (parts["codes"][scored_codes], code_table))
+    skipped = int(np.count_nonzero(in_range & (position < 0)))
     warnings = []
-    if skipped_rows:
-        warnings.append(f"{len(skipped_rows)} prediction line(s) are for rows the loader skipped; they are ignored.")
+    if skipped:
+        warnings.append(f"{skipped} prediction line(s) are for rows the loader skipped; they are ignored.")
     return builder.build(warnings)
+
+
+def _raise_for(path: Path, number: int, patients: PatientSet, seen: set[int]) -> None:
+    """Raise the error of line ``number`` as reading the file line by line would, given the indices before it."""
+    where = f"{path.name} line {number}"
+    index, entries, _ = _parse_line(_line_at(path, number), where, patients.report.total_rows, seen)
+    kb = patients.kb
+    columns: set[int] = set()
+    for name, _ in entries:
+        column = kb.pathology_index(name)
+        if column is not None and column in columns:
+            raise PredictionFileError(f"{where}: {_twice(kb, column, name)}.")
+        if column is not None:
+            columns.add(column)
+    raise AssertionError(f"{where} passes every check on its own (index {index})")
 
 
 def score(patients: PatientSet, predictions: Predictions) -> ScoreReport:
