@@ -61,10 +61,11 @@ run: $(STAMP)
 	$(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 
-test: $(STAMP)
+# Lint first and the tests last, so that pytest's summary is the closing line.
+test: lint
 	$(BIN)/python -m pytest
 
-# ruff and mypy as configured in pyproject.toml; both run, and it fails if either finds something. Not in `make test` yet.
+# ruff and mypy as configured in pyproject.toml; both run, and it fails if either finds something.
 lint: $(STAMP)
 	@status=0; $(BIN)/ruff check . || status=1; $(BIN)/mypy || status=1; exit $$status
 

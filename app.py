@@ -1,5 +1,6 @@
-"""medeval: navigation and the global status sidebar. Pages live in views/ and are listed in
-medeval_core/catalog.py (the core pages plus each benchmark spec's pages); every action they take is one call into medeval_core.
+"""medeval: navigation and the global status sidebar. Pages live in views/ and are listed by
+medeval_core/catalog.py (the core pages plus each benchmark spec's pages); every action they take is one call into
+medeval_core.
 
 The folder is not called pages/: Streamlit treats a pages/ folder beside the entry point as a legacy multipage
 app until st.navigation has run once, so a cold deep link (e.g. /runs) would open the page without this shell.

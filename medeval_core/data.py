@@ -532,7 +532,9 @@ def _download(
         return FetchedFile(name=remote.name, path=target, url=remote.url, size=target.stat().st_size,
                            sha256=sha256, checks=_checks(remote), action="already present", licence=remote.licence)
 
-    handle = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{remote.name}.", suffix=".part", delete=False)
+    # Kept past its `with` (delete=False): the finished file is renamed into place, a failed one removed below.
+    handle = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{remote.name}.", suffix=".part",  # noqa: SIM115
+                                         delete=False)
     temp = Path(handle.name)
     try:
         with handle:

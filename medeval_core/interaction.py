@@ -20,7 +20,6 @@ A = TypeVar("A")
 Obs = TypeVar("Obs")
 A_co = TypeVar("A_co", covariant=True)
 A_contra = TypeVar("A_contra", contravariant=True)
-Obs_co = TypeVar("Obs_co", covariant=True)
 Obs_contra = TypeVar("Obs_contra", contravariant=True)
 
 
@@ -38,15 +37,15 @@ class Step(BaseModel, Generic[Obs]):
     """Where the observation came from (e.g. REAL / SYNTHETIC / REFUSED, the facts used), stored with the turn."""
 
 
-class Environment(Protocol[A_contra, Obs_co]):
+class Environment(Protocol[A_contra, Obs]):
     """One case's counterpart. ``start`` returns what the actor knows first; ``step`` answers one action.
 
     ``counts_as_turn`` says whether an action uses up the turn budget (a question does; a final answer does not).
     """
 
-    def start(self) -> Obs_co: ...
+    def start(self) -> Obs: ...
 
-    def step(self, action: A_contra) -> Step[Obs_co]: ...  # type: ignore[misc]
+    def step(self, action: A_contra) -> Step[Obs]: ...
 
     def counts_as_turn(self, action: A_contra) -> bool: ...
 

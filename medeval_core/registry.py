@@ -92,7 +92,7 @@ def spec(name: str) -> BenchmarkSpec:
 @cache
 def _benchmark(factory: str) -> Benchmark[Any, Any, Any]:
     benchmark_class = _load_object(factory)
-    return benchmark_class()  # type: ignore[no-any-return]
+    return benchmark_class()
 
 
 def benchmark(name: str) -> Benchmark[Any, Any, Any]:

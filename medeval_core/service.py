@@ -208,19 +208,19 @@ def score_run(
     source_params = benchmark.parse_params(source.params)
     benchmark.scorer(params.scorer, params.options, settings)  # an unknown scorer or bad options fail here
     requested = params.model_dump(mode="json")
-    stored = (_stored_config(store, run_id, source.benchmark, RunKind.SCORE, requested, source_run_id)
-              if run_id else None)
-    if stored is None:
+    if run_id is not None and _stored_config(store, run_id, source.benchmark, RunKind.SCORE, requested,
+                                             source_run_id) is not None:
+        _check_inputs(source, _fingerprints(benchmark.input_files(source_params)), source_run_id)
+        cases = benchmark.cases(source_params, settings)
+        score_run_id = run_id
+    else:
         config = new_run_config(source.benchmark, settings, params, label=label, kind=RunKind.SCORE,
                                 source_run_id=source_run_id, inputs=source.inputs)
         config = config.model_copy(update={"repetitions": source.repetitions})
         cases = benchmark.cases(source_params, settings)
-        run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
-    else:
-        _check_inputs(source, _fingerprints(benchmark.input_files(source_params)), source_run_id)
-        cases = benchmark.cases(source_params, settings)
-    return _execute_score(benchmark, params, cases, source_run_id, run_id, source.repetitions, settings, store,
-                          workers, on_progress)
+        score_run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
+    return _execute_score(benchmark, params, cases, source_run_id, score_run_id, source.repetitions, settings,
+                          store, workers, on_progress)
 
 
 def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, cases: Sequence[Case],

@@ -219,7 +219,7 @@ def api_key(env_name: str) -> str | None:
     try:
         import streamlit as st
 
-        return st.secrets.get(env_name)  # type: ignore[no-any-return]
+        return st.secrets.get(env_name)
     except Exception:  # noqa: BLE001 - no secrets file, or not inside Streamlit: both mean "not set"
         return None
 

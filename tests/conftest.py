@@ -1,4 +1,4 @@
-"""Shared fixtures: an isolated SQLite store per test, the data folder, a real Streamlit server and headless Chromium."""
+"""Shared fixtures: an isolated SQLite store per test, the data folder, a real Streamlit server, headless Chromium."""
 
 from __future__ import annotations
 

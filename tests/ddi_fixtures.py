@@ -67,7 +67,7 @@ def request_colour(request: RecordedRequest) -> tuple[int, int, int]:
     raise AssertionError("The request has no image.")
 
 
-def responder_by_colour(cases: list[FixtureCase], answers: dict[str, str]):  # noqa: ANN201 - a fake-server responder
+def responder_by_colour(cases: list[FixtureCase], answers: dict[str, str]):
     """Answer each image request with ``answers[ddi_id]`` for the case whose colour it shows."""
     by_colour = {case.colour: case.ddi_id for case in cases}
 

@@ -27,7 +27,7 @@ def judge_all(judge: DdiJudge, items: Iterable[DdiJudgeItem], store: Store | Non
     judged = Judged()
 
     def one(item: DdiJudgeItem) -> None:
-        def record(attempt):  # noqa: ANN001, ANN202 - an AttemptCallback
+        def record(attempt):
             if store is not None:
                 store.add_judgement(judgement_of(judge, attempt).model_copy(
                     update={"run_id": run_id, "case_id": item.case_id}))

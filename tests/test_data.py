@@ -382,7 +382,7 @@ def test_fetch_mediq_and_agentclinic_from_github(services: FakeServices, tmp_pat
         services.add_raw(f"SamuelSchmidgall/AgentClinic/main/{name}", body)
 
     mediq = fetch("mediq", tmp_path, endpoints=services.endpoints, retry=FAST_RETRY)
-    agentclinic = fetch("agentclinic", tmp_path, endpoints=services.endpoints, retry=FAST_RETRY)
+    fetch("agentclinic", tmp_path, endpoints=services.endpoints, retry=FAST_RETRY)
 
     assert mediq.origin == "GitHub stellalisy/mediQ branch main"
     assert [(f.name, f.checks, f.licence) for f in mediq.files] == [
@@ -414,7 +414,7 @@ def test_fetch_isic_images_by_id(services: FakeServices, tmp_path: Path) -> None
     assert [p.read_bytes() for p in lesion_images(tmp_path)] == list(images.values())
 
     services.add_isic_image("ISIC_0024306", b"\xff\xd8short", listed_size=99)
-    with pytest.raises(ChecksumError, match="ISIC_0024306.jpg: received 7 bytes"):
+    with pytest.raises(ChecksumError, match=r"ISIC_0024306\.jpg: received 7 bytes"):
         fetch("isic", tmp_path, endpoints=services.endpoints, retry=FAST_RETRY, isic_ids=["ISIC_0024306"])
     assert not (tmp_path / "lesions" / "ISIC_0024306.jpg").exists()
     with pytest.raises(ValueError, match="ISIC_ and seven digits"):

@@ -214,7 +214,7 @@ def test_judge_only_with_an_llm_judge_stores_every_attempt(
         {"image_id": f"img-{i}", "reference": "melanoma", "response": f"Final diagnosis: case-{i}"} for i in range(4)
     ])
 
-    def judge(request: RecordedRequest):  # noqa: ANN202 - a fake-server responder
+    def judge(request: RecordedRequest):
         correct = "case-0" in request.text() or "case-1" in request.text()
         return verdict_reply("melanoma" if correct else "nevus", correct)
 
@@ -313,7 +313,7 @@ def test_a_second_judge_scores_the_same_stored_responses(
     assert sorted(c.case_id for c in vlm_calls) == [c.ddi_id for c in cases]
     assert store.model_calls(run_id="two-judges-judge") == []  # the offline rules call no model
 
-    def judge(request: RecordedRequest):  # noqa: ANN202 - a fake-server responder
+    def judge(request: RecordedRequest):
         return verdict_reply("melanoma in situ", "melanoma in situ" in request.text())
 
     settings = context.current_settings()

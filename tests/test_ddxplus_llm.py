@@ -118,9 +118,8 @@ def test_transient_errors_are_retried_and_hard_errors_explained(kb, patient):
         result = consult(_agent(kb, server), kb, patient, OfflineContext()).output()
         assert result.inquired == QUESTIONS
         assert len(server.chat_requests()) == 6
-    with FakeOpenAI(Reply(status=404)) as server:
-        with pytest.raises(ChatBackendError, match="answered HTTP 404"):
-            _agent(kb, server).backend.complete([{"role": "user", "content": "hi"}])
+    with FakeOpenAI(Reply(status=404)) as server, pytest.raises(ChatBackendError, match="answered HTTP 404"):
+        _agent(kb, server).backend.complete([{"role": "user", "content": "hi"}])
     with pytest.raises(ChatBackendError, match="MEDEVAL_CHAT_BASE_URL"):
         make_chat_backend(BackendChoice(backend="none", api_key_env="MEDEVAL_CHAT_API_KEY"))
 

@@ -233,7 +233,7 @@ def _random_predictions(names: list[str], codes: list[str], n: int, seed: int) -
 
 def test_vectorised_scores_match_plain_reference_on_sample(tmp_path, kb):
     names = kb.pathology_names
-    codes = kb.roots + ["E_55_@_V_89", "E_204_@_V_10", "E_54_@_V_161"]
+    codes = [*kb.roots, "E_55_@_V_89", "E_204_@_V_10", "E_54_@_V_161"]
     with sample_csv().open(newline="") as handle:
         n = sum(1 for _ in csv.DictReader(handle))
     patients = load_patients(sample_csv(), kb)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import context, registry, service
+from medeval_core import context, service
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.catalog import pages
 from medeval_core.records import RunKind, RunStatus

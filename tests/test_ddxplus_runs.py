@@ -3,11 +3,13 @@ stored parameters (workers, input files), and agents given by import path."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import subprocess
 import sys
 import threading
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +54,7 @@ class FirstQuestionsAgent:
         guess = self.guess
 
         class Session:
-            answers: list = []
+            answers: typing.ClassVar[list] = []
 
             def next_question(self):
                 return next(roots, None)
@@ -287,10 +289,8 @@ def test_concurrent_workers_run_cases_at_once(small_sets, monkeypatch):
             active[0] += 1
             peak[0] = max(peak[0], active[0])
         try:
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait()  # the three cases meet here only if they run at once
-            except threading.BrokenBarrierError:
-                pass
             return real(agent, kb, patient, ctx)
         finally:
             with lock:

@@ -121,7 +121,7 @@ def test_question_limit_is_thirty(kb):
 
 
 def test_invalid_differentials_are_refused(kb):
-    consultation, episode, _ = _episode(kb, _patient(PAINFUL))
+    _, episode, _ = _episode(kb, _patient(PAINFUL))
     with pytest.raises(EpisodeError, match="not one of the 49"):
         episode.act(Diagnose(differential={"Flu-ish": 1.0}), actor="person")
     with pytest.raises(EpisodeError, match="finite numbers"):

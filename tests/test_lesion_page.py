@@ -51,7 +51,7 @@ def open_page() -> AppTest:
     return app
 
 
-def run_button(app: AppTest):  # noqa: ANN201 - an AppTest button
+def run_button(app: AppTest):
     return next(b for b in app.button if b.label == "Run")
 
 

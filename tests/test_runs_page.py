@@ -24,7 +24,7 @@ def counting_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDEVAL_BENCHMARKS", "tests.support.counting_benchmark")
 
 
-def counting_config(settings, n_cases: int) -> RunConfig:  # noqa: ANN001 - a Settings
+def counting_config(settings, n_cases: int) -> RunConfig:
     from tests.support.counting_benchmark import CountingParams
 
     return service.new_run_config("counting", settings, CountingParams(n_cases=n_cases))

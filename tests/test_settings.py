@@ -50,7 +50,7 @@ def test_invalid_config_file_gives_a_readable_error(tmp_path: Path) -> None:
     for name in ("evaluation.json", "ddi_judge.json", "backends.json"):
         (tmp_path / name).write_text((REPO / "configs" / name).read_text())
     (tmp_path / "evaluation.json").write_text('{"batch_size": -1}')
-    with pytest.raises(SettingsError, match="evaluation.json has invalid values"):
+    with pytest.raises(SettingsError, match=r"evaluation\.json has invalid values"):
         load_settings({"MEDEVAL_CONFIG_DIR": str(tmp_path)})
     (tmp_path / "evaluation.json").write_text("{not json")
     with pytest.raises(SettingsError, match="not valid JSON"):

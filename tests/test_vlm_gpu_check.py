@@ -12,7 +12,7 @@ import torch
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
 
 
-def load_script():  # noqa: ANN201 - the script as a module
+def load_script():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

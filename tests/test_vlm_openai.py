@@ -108,7 +108,7 @@ def test_unreachable_server_is_a_clear_error(generation: GenerationSettings) -> 
 
 
 def test_batch_answers_come_back_in_order(generation: GenerationSettings) -> None:
-    def echo(request):  # noqa: ANN001, ANN202 - a responder for the fake server
+    def echo(request):
         return Reply(content=request.text().split("case=")[1])
 
     prompts = [VlmPrompt(user=f"case={i}") for i in range(5)]

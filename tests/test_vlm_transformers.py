@@ -235,7 +235,7 @@ class FakeGpuWorker:
         self.busy = False
         self.batches: list[list[str]] = []
 
-    def generate(self, images, prompts, settings):  # noqa: ANN001, ANN201 - QwenWorker.generate's shape
+    def generate(self, images, prompts, settings):
         import time
 
         self.batches.append([p.user for p in prompts])

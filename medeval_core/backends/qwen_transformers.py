@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from PIL import Image
@@ -245,10 +245,12 @@ def load_worker(model: str, device: str, settings: GenerationSettings) -> QwenWo
         processor = ImageOnlyQwenProcessor.from_pretrained(
             model, size={"shortest_edge": settings.min_pixels, "longest_edge": settings.max_pixels}
         )
-        loaded, info = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-            model, dtype=dtype, attn_implementation=attention, output_loading_info=True,
-            **({"device_map": {"": device}} if on_cuda else {}),
-        )
+        options: dict[str, Any] = {"dtype": dtype, "attn_implementation": attention, "output_loading_info": True}
+        if on_cuda:
+            options["device_map"] = {"": device}
+        # With output_loading_info=True transformers returns (model, loading info); its annotation names the model.
+        loaded, info = cast(tuple[Any, dict[str, Any]],
+                            Qwen2_5_VLForConditionalGeneration.from_pretrained(model, **options))
     except (OSError, ValueError, KeyError) as exc:
         raise _load_error(model, exc) from exc
     if not hasattr(processor, "image_processor") or processor.chat_template is None:

@@ -36,7 +36,8 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"  {model.name:<11} {model.correct}/{model.total} = {model.percent} %  "
               f"(Wilson 95 %: {model.wilson_low_percent}-{model.wilson_high_percent} %)  {verdict}")
     diff = result.difference
-    verdict = "matches" if diff.matches else f"DIFFERS from reported {diff.reported_cases} cases, {diff.reported_points}"
+    verdict = ("matches" if diff.matches
+               else f"DIFFERS from reported {diff.reported_cases} cases, {diff.reported_points}")
     print(f"  Difference  {diff.cases} cases, {diff.points} percentage points "
           f"(before rounding: {diff.points_unrounded:.4f})  {verdict}")
     for interval in result.wilson:

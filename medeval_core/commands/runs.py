@@ -122,7 +122,8 @@ def _resume(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
-        print(f"\n{report.run_id}: {report.status}; done {report.done}, failed {report.failed}, pending {report.pending}")
+        print(f"\n{report.run_id}: {report.status}; done {report.done}, failed {report.failed}, "
+              f"pending {report.pending}")
     return 0
 
 
