@@ -15,11 +15,9 @@ caches them per run and result stamp (count and newest row), so a page rerun doe
 
 from __future__ import annotations
 
-import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +26,7 @@ from pydantic import BaseModel
 
 from medeval_core.metrics.stats import bootstrap_mean_ci, mcnemar_exact, wilson_intervals
 from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.store import gc_paused
 
 if TYPE_CHECKING:
     from medeval_core.store import Store
@@ -69,16 +68,6 @@ class RunComparison(BaseModel):
     paired: list[PairedComparison]
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic GC passes while the per-case tables are built (they make many small objects and no cycles)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -146,14 +135,14 @@ def _summary(name: str, values: CaseMeans) -> MetricSummary:
 
 
 def summarize_metrics(results: Iterable[CaseResult]) -> list[MetricSummary]:
-    with _gc_paused():
+    with gc_paused():
         means = _per_case_means(results)
     return [_summary(name, values) for name, values in sorted(means.items())]
 
 
 def summarize_metric_rows(rows: Iterable[tuple[str, int, Mapping[str, Any]]]) -> list[MetricSummary]:
     """``summarize_metrics`` over ``Store.metric_rows`` (case id, repetition, metrics of finished results)."""
-    with _gc_paused():
+    with gc_paused():
         means = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows)
     return [_summary(name, values) for name, values in sorted(means.items())]
 

@@ -361,7 +361,7 @@ class Store:
         statement = select(*_result_columns(table)).where(table.c.run_id == run_id)
         if status is not None:
             statement = statement.where(table.c.status == status)
-        with _gc_paused(), self.engine.connect() as connection:
+        with gc_paused(), self.engine.connect() as connection:
             rows = connection.execute(statement.order_by(table.c.id)).all()
             return _result_records(rows)
 
@@ -371,7 +371,7 @@ class Store:
         table = _table(CaseResultRow)
         statement = (select(table.c.case_id, table.c.repetition, cast(table.c.metrics, Text))
                      .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK).order_by(table.c.id))
-        with _gc_paused(), self.engine.connect() as connection:
+        with gc_paused(), self.engine.connect() as connection:
             rows = connection.execute(statement).all()
             metrics = _decode_json([row[2] for row in rows])
             return [(row[0], row[1], values) for row, values in zip(rows, metrics, strict=True)]
@@ -505,7 +505,7 @@ def _result_columns(table: Any) -> list[Any]:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while building many small objects that hold no cycles (it would scan
     them again and again as they are made: a third of the time at 100,000 results)."""
     enabled = gc.isenabled()
@@ -527,7 +527,7 @@ def _decode_json(texts: Sequence[str | None]) -> list[Any]:
 def _result_records(rows: Sequence[Row[Any]]) -> list[CaseResult]:
     """CaseResults from stored rows without re-validation: what ``CaseResult.model_construct`` does when every field
     is given (tests/test_store.py checks they equal validated records), at a fraction of its cost per row."""
-    with _gc_paused():
+    with gc_paused():
         return _construct_records(rows)
 
 

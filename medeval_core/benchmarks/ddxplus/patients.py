@@ -43,6 +43,7 @@ import numpy as np
 from scipy import sparse
 
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
+from medeval_core.files import text_blocks
 from medeval_core.metrics.ddxplus import Entries, GroundTruth
 from medeval_core.records import Case
 
@@ -796,19 +797,9 @@ def _open_text(path: Path) -> Iterator[io.TextIOBase]:
 def _layout_blocks(handle: io.TextIOBase, path: Path) -> tuple[list[str], Iterator[_Block]]:
     if handle.readline().removesuffix("\n").removesuffix("\r") != ",".join(REQUIRED_COLUMNS):
         raise _Irregular
-    return list(REQUIRED_COLUMNS), map(_layout_block, _text_blocks(handle))
+    return list(REQUIRED_COLUMNS), map(_layout_block, text_blocks(handle, _BLOCK_CHARS))
 
 
-def _text_blocks(handle: io.TextIOBase) -> Iterator[str]:
-    rest = ""
-    while chunk := handle.read(_BLOCK_CHARS):
-        chunk = rest + chunk
-        cut = chunk.rfind("\n") + 1
-        rest = chunk[cut:]
-        if cut:
-            yield chunk[:cut]
-    if rest:
-        yield rest
 
 
 def _csv_blocks(handle: io.TextIOBase, path: Path) -> tuple[list[str], Iterator[_Block]]:

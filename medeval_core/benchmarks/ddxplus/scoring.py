@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -41,6 +41,7 @@ import numpy as np
 
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, parse_numbers, shape_table, shapes, spans
+from medeval_core.files import text_blocks
 from medeval_core.metrics import ddxplus as ddx_metrics
 
 REFERENCE_ROWS = {
@@ -323,18 +324,6 @@ def _decode(raw: str) -> str | None:
         return None
 
 
-def _text_blocks(path: Path) -> Iterator[str]:
-    """The file in blocks of whole lines, decoded as iterating over it would (BOM dropped, newlines translated)."""
-    with path.open(encoding="utf-8-sig") as handle:
-        rest = ""
-        while chunk := handle.read(_BLOCK_CHARS):
-            chunk = rest + chunk
-            cut = chunk.rfind("\n") + 1
-            rest = chunk[cut:]
-            if cut:
-                yield chunk[:cut]
-        if rest:
-            yield rest
 
 
 class _Lines:
@@ -522,9 +511,11 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
     total_rows = patients.report.total_rows
     lines = _Lines(total_rows)
     first_line = 1
-    for text in _text_blocks(path):
-        lines.block(text, first_line)
-        first_line += text.count("\n")
+    # Decoded as iterating over the file would: BOM dropped, newlines translated.
+    with path.open(encoding="utf-8-sig") as handle:
+        for text in text_blocks(handle, _BLOCK_CHARS):
+            lines.block(text, first_line)
+            first_line += text.count("\n")
     lines.read_slow(path.name)
     parts = lines.arrays()
     index, line = parts["index"], parts["line"]
