@@ -20,8 +20,8 @@ from pydantic import BaseModel
 
 from medeval_core import registry
 from medeval_core.benchmark import BenchmarkError, RunSummary
+from medeval_core.errors import StoreError
 from medeval_core.settings import SettingsError
-from medeval_core.store import StoreError
 
 if TYPE_CHECKING:
     from medeval_core.runner import Progress, ProgressCallback, RunReport

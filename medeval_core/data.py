@@ -15,14 +15,18 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 from urllib.parse import quote, urlparse
 
-import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 import medeval_core
+
+# httpx and tenacity are imported by the download functions: most users of this module only resolve paths, and
+# ``python -m medeval_core --help`` (which lists the fetchable sources) should not pay ~60 ms for an HTTP client.
+if TYPE_CHECKING:
+    import httpx
+    from tenacity import Retrying
 
 SourceName = Literal["ddxplus", "mediq", "agentclinic", "lesions", "ddi", "costing", "sdbench"]
 FetchName = Literal["ddxplus", "mediq", "agentclinic", "isic"]
@@ -445,6 +449,9 @@ def _check_status(response: httpx.Response) -> None:
 
 
 def _retrying(policy: RetryPolicy) -> Retrying:
+    import httpx
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
     return Retrying(
         stop=stop_after_attempt(policy.attempts),
         wait=wait_exponential(multiplier=policy.initial_wait_s, max=policy.max_wait_s),
@@ -459,6 +466,8 @@ def _gave_up(url: str, policy: RetryPolicy, exc: Exception) -> DownloadError:
 
 
 def _get_json(client: httpx.Client, url: str, policy: RetryPolicy) -> object:
+    import httpx
+
     try:
         for attempt in _retrying(policy):
             with attempt:
@@ -473,6 +482,8 @@ def _get_json(client: httpx.Client, url: str, policy: RetryPolicy) -> object:
 
 
 def _head_size(client: httpx.Client, url: str, policy: RetryPolicy) -> int | None:
+    import httpx
+
     try:
         for attempt in _retrying(policy):
             with attempt:
@@ -520,6 +531,8 @@ def _download(
     policy: RetryPolicy,
     on_progress: ProgressCallback | None,
 ) -> FetchedFile:
+    import httpx
+
     target = folder / remote.name
 
     def report(done: int, total: int | None, stage: Literal["downloading", "downloaded", "already present"]) -> None:
@@ -568,6 +581,8 @@ def _stream_into(
     report: Callable[[int, int | None, Literal["downloading"]], None],
 ) -> tuple[str, str]:
     """One attempt: (re)write the whole body into ``handle`` and return its md5 and sha256."""
+    import httpx
+
     handle.seek(0)
     handle.truncate()
     md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
@@ -672,6 +687,8 @@ def _plan_isic(
 
 
 def _client() -> httpx.Client:
+    import httpx
+
     return httpx.Client(
         follow_redirects=True,
         timeout=httpx.Timeout(30.0, read=120.0),

@@ -75,3 +75,25 @@ def test_throttled_progress_prints_first_and_last_events_once(capsys) -> None:
         printer(event(done))
     lines = capsys.readouterr().err.strip().splitlines()
     assert [line.split("done ")[1].split()[0] for line in lines] == ["0", "100"]
+
+
+def test_help_builds_the_parser_from_light_modules_only() -> None:
+    """``--help`` (and so every command's parser) imports neither the store (SQLAlchemy, SQLModel), the runner,
+    the HTTP client nor numpy/pandas: they cost hundreds of milliseconds at every start."""
+    heavy = ("sqlalchemy", "sqlmodel", "httpx", "tenacity", "numpy", "pandas", "medeval_core.store",
+             "medeval_core.service", "medeval_core.runner", "medeval_core.context")
+    code = ("import sys\nfrom medeval_core.cli import build_parser\nparser = build_parser()\n"
+            "for argv in (['--help'], ['run', '--help'], ['data', 'fetch', '--help'], ['runs', 'show', '--help']):\n"
+            "    try:\n        parser.parse_args(argv)\n    except SystemExit:\n        pass\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_store_errors_are_the_light_modules_classes() -> None:
+    from medeval_core import errors, store
+
+    assert store.StoreError is errors.StoreError
+    assert store.DuplicateResultError is errors.DuplicateResultError
+    assert issubclass(errors.DuplicateResultError, errors.StoreError)

@@ -1,14 +1,33 @@
-"""Run management: list, show, resume, cancel and export stored runs."""
+"""Run management: list, show, resume, cancel and export stored runs.
+
+Light at import (the store, the runner and the service are imported inside the handlers), so building the
+parser for ``--help`` does not import SQLAlchemy.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from medeval_core import service
 from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, print_json, print_summary
-from medeval_core.context import current_settings, current_store
+
+if TYPE_CHECKING:
+    from medeval_core.settings import Settings
+    from medeval_core.store import Store
+
+
+def current_store() -> Store:
+    from medeval_core.context import current_store as store
+
+    return store()
+
+
+def current_settings() -> Settings:
+    from medeval_core.context import current_settings as settings
+
+    return settings()
 
 
 def register(groups: CommandGroups) -> None:
@@ -74,6 +93,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from medeval_core import service
+
     store = current_store()
     overview = service.run_overview(store, args.run_id)
     if args.json:
@@ -111,12 +132,16 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from medeval_core import service
+
     path = service.export_results(current_store(), args.run_id, args.out)
     print(f"wrote {path}")
     return 0
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from medeval_core import service
+
     report = service.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
                             on_progress=None if args.json else ThrottledProgress())
     if args.json:
@@ -138,6 +163,8 @@ def _option(text: str) -> tuple[str, object]:
 
 
 def _rescore(args: argparse.Namespace) -> int:
+    from medeval_core import service
+
     settings, store = current_settings(), current_store()
     params = service.ScoreParams(scorer=args.scorer, options=dict(_option(o) for o in args.option),
                                  workers=max(args.workers, 1))

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
+from medeval_core.errors import DuplicateResultError, StoreError
 from medeval_core.records import (
     Annotation,
     CaseRecords,
@@ -37,14 +38,6 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.store.migrations import ensure_schema, upgrade
-
-
-class StoreError(RuntimeError):
-    """A store operation that cannot be done; the message says what to do."""
-
-
-class DuplicateResultError(StoreError):
-    """A finished result for this (run, case, repetition) is already stored."""
 
 
 class RunRow(SQLModel, table=True):

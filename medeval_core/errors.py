@@ -1,0 +1,14 @@
+"""Error classes the command line catches, in a module that imports nothing heavy.
+
+``python -m medeval_core --help`` builds its parser without importing the store (SQLAlchemy, SQLModel) or the
+data downloader (httpx); the CLI still has to name the store's errors in its ``except`` clause, so they live here
+and ``medeval_core.store`` re-exports them (``from medeval_core.store import StoreError`` keeps working).
+"""
+
+
+class StoreError(RuntimeError):
+    """A store operation that cannot be done; the message says what to do."""
+
+
+class DuplicateResultError(StoreError):
+    """A finished result for this (run, case, repetition) is already stored."""
