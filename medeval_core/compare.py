@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +148,22 @@ def summarize_metric_rows(rows: Iterable[tuple[str, int, Mapping[str, Any]]]) ->
 
 
 def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b: list[CaseResult]) -> RunComparison:
-    values_a, values_b = _per_case_means(results_a), _per_case_means(results_b)
+    with gc_paused():
+        values_a, values_b = _per_case_means(results_a), _per_case_means(results_b)
+    return _comparison(run_a, values_a, run_b, values_b)
+
+
+def compare_metric_rows(run_a: str, rows_a: Iterable[tuple[str, int, Mapping[str, Any]]], run_b: str,
+                        rows_b: Iterable[tuple[str, int, Mapping[str, Any]]]) -> RunComparison:
+    """``compare_runs`` over ``Store.metric_rows`` of the two runs (finished results only, no outputs read)."""
+    with gc_paused():
+        values_a = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows_a)
+        values_b = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows_b)
+    return _comparison(run_a, values_a, run_b, values_b)
+
+
+def _comparison(run_a: str, values_a: dict[str, CaseMeans], run_b: str,
+                values_b: dict[str, CaseMeans]) -> RunComparison:
     paired = []
     for name in sorted(set(values_a) & set(values_b)):
         first, second = values_a[name], values_b[name]
@@ -171,7 +186,9 @@ def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b:
                 difference_ci_low=low, difference_ci_high=high, test="paired percentile bootstrap",
             ))
     return RunComparison(
-        run_a=run_a, run_b=run_b, summaries_a=summarize_metrics(results_a), summaries_b=summarize_metrics(results_b),
+        run_a=run_a, run_b=run_b,
+        summaries_a=[_summary(name, values) for name, values in sorted(values_a.items())],
+        summaries_b=[_summary(name, values) for name, values in sorted(values_b.items())],
         paired=paired,
     )
 
@@ -179,24 +196,38 @@ def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b:
 # Cached summaries for pages ----------------------------------------------------------------------------------------
 
 _CACHE_SIZE = 64
-_cache: OrderedDict[tuple[str, str, tuple[int, int | None]], tuple[MetricSummary, ...]] = OrderedDict()
+_cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _cache_lock = threading.Lock()
+
+
+def _cached(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    value = compute()
+    with _cache_lock:
+        _cache[key] = value
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return value
 
 
 def run_summaries(store: Store, run_id: str) -> list[MetricSummary]:
     """``summarize_metrics`` of a stored run, cached per (database, run, result count, newest result row): a
     page rerun costs one COUNT query; a new or replaced result recomputes it (least recently used go first)."""
-    key = (store.url, run_id, store.results_stamp(run_id))
-    with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return list(_cache[key])
-    summaries = tuple(summarize_metric_rows(store.metric_rows(run_id)))
-    with _cache_lock:
-        _cache[key] = summaries
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return list(summaries)
+    key = ("summaries", store.url, run_id, store.results_stamp(run_id))
+    summaries = _cached(key, lambda: tuple(summarize_metric_rows(store.metric_rows(run_id))))
+    return [summary.model_copy() for summary in summaries]
+
+
+def run_comparison(store: Store, run_a: str, run_b: str) -> RunComparison:
+    """``compare_runs`` of two stored runs, cached per (database, both runs, both result stamps) like
+    ``run_summaries``: an unchanged pair costs two COUNT queries per page rerun."""
+    key = ("comparison", store.url, run_a, store.results_stamp(run_a), run_b, store.results_stamp(run_b))
+    comparison: RunComparison = _cached(
+        key, lambda: compare_metric_rows(run_a, store.metric_rows(run_a), run_b, store.metric_rows(run_b)))
+    return comparison.model_copy(deep=True)
 
 
 def clear_summary_cache() -> None:

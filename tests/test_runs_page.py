@@ -152,3 +152,63 @@ def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting
     assert "Summary" in [s.value for s in app.subheader]
     headline = app.table[0].value
     assert headline.loc["scored", "denominator"] == "expected cases"
+
+
+def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolated_store: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not timed: the page's reruns read the metrics once (cached per result stamp), only the failed results by
+    status, and never every full result (outputs, scores) of the run; the comparison likewise."""
+    from medeval_core.records import CaseRecords
+
+    store = Store(isolated_store)
+    for run_id in ("big-a", "big-b"):
+        store.create_run(RunConfig(benchmark="demo"), run_id=run_id, expected_cases=10_000)
+        store.save_case_records([CaseRecords(result=CaseResult(
+            run_id=run_id, case_id=f"case-{i // 4:05d}", repetition=i % 4,
+            status=CaseStatus.FAILED if i % 100 == 0 else CaseStatus.OK, error="timeout" if i % 100 == 0 else None,
+            output={"answer": i % 7}, metrics={} if i % 100 == 0 else {"correct": i % 3 != 0, "score": i % 10 / 10}))
+            for i in range(10_000)])
+    calls: list[tuple[str, str, object]] = []
+    results, metric_rows = Store.results, Store.metric_rows
+
+    def counted_results(self: Store, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
+        calls.append(("results", run_id, status))
+        return results(self, run_id, status)
+
+    def counted_metric_rows(self: Store, run_id: str) -> list[tuple[str, int, dict]]:
+        calls.append(("metric_rows", run_id, None))
+        return metric_rows(self, run_id)
+
+    monkeypatch.setattr(Store, "results", counted_results)
+    monkeypatch.setattr(Store, "metric_rows", counted_metric_rows)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=120).run()
+    assert not app.exception, app.exception
+    for _ in range(3):
+        app.run()
+        assert not app.exception, app.exception
+    selected = str(app.selectbox(key="run_selected").value)
+    assert "Failed cases (100)" in [s.value for s in app.subheader]
+    assert app.subheader[0].value.startswith("Per-case metrics")
+    correct = app.table[-1].value.loc["correct"]
+    assert correct["shared_cases"] == 2_500
+    full_loads = [c for c in calls if c[0] == "results" and c[2] is None]
+    assert not full_loads, f"full results loaded: {full_loads}"
+    assert all(c[2] == CaseStatus.FAILED for c in calls if c[0] == "results")
+    # The metrics of each run are read once over four page runs (the page's summary and the comparison share
+    # nothing but the store, so a run shown in both is read at most twice).
+    metric_reads = [c[1] for c in calls if c[0] == "metric_rows"]
+    assert metric_reads.count(selected) <= 2 and len(metric_reads) <= 3, metric_reads
+
+
+def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str) -> None:
+    from medeval_core.compare import run_comparison
+
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    expected = compare_runs("model-a", store.results("model-a"), "model-b", store.results("model-b"))
+    assert run_comparison(store, "model-a", "model-b") == expected
+    assert run_comparison(store, "model-a", "model-b") == expected  # from the cache
+    store.save_result(result("model-b", "c6", True, 0.9))
+    store.save_result(result("model-a", "c6", False, 0.1))
+    updated = {p.metric: p for p in run_comparison(store, "model-a", "model-b").paired}
+    assert updated["correct"].shared_cases == 5 and updated["correct"].only_b_correct == 1

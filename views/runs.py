@@ -5,10 +5,11 @@ import streamlit as st
 
 from medeval_core import service
 from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.compare import compare_runs, summarize_metrics
+from medeval_core.compare import run_comparison, run_summaries
 from medeval_core.context import current_settings, current_store
+from medeval_core.errors import StoreError
 from medeval_core.plots import metric_intervals
-from medeval_core.store import StoreError
+from medeval_core.records import CaseStatus
 
 
 def percent(value: float | None, as_percent: bool) -> str:
@@ -111,13 +112,14 @@ elif overview.summary:
     with st.expander("Summary (stored by an earlier version)"):
         st.json(overview.summary)
 
-results = store.results(selected)
-summaries = summarize_metrics(results)
+# A rerun reads no full results: the summaries come from the metrics alone, cached per result stamp (one COUNT
+# query when nothing changed), the failed cases are queried by status, the downloads are built on click.
+summaries = run_summaries(store, selected)
 if summaries:
     st.subheader("Per-case metrics (95% intervals)")
     st.table(pd.DataFrame([s.model_dump() for s in summaries]).set_index("metric"))
     st.plotly_chart(metric_intervals({selected: summaries}), width="stretch")
-failed = [r for r in results if r.status == "failed"]
+failed = store.results(selected, status=CaseStatus.FAILED) if overview.failed else []
 if failed:
     st.subheader(f"Failed cases ({len(failed)})")
     st.dataframe(pd.DataFrame([{"case": r.case_id, "repetition": r.repetition, "error": r.error} for r in failed]),
@@ -136,11 +138,12 @@ def results_jsonl() -> str:
 
 
 # The files are built only when a button is clicked: rebuilding both on every rerun cost seconds per 10k results.
+has_results = bool(overview.done or overview.failed)
 left, right = st.columns(2)
 left.download_button("Download results (CSV)", results_csv, file_name=f"{selected}.csv", mime="text/csv",
-                     disabled=not results, on_click="ignore")
+                     disabled=not has_results, on_click="ignore")
 right.download_button("Download results (JSON Lines)", results_jsonl, file_name=f"{selected}.jsonl",
-                      mime="application/jsonl", disabled=not results, on_click="ignore")
+                      mime="application/jsonl", disabled=not has_results, on_click="ignore")
 
 st.header("Compare two runs")
 if len(run_ids) < 2:
@@ -152,7 +155,7 @@ else:
     if run_a == run_b:
         st.warning("Choose two different runs.")
     else:
-        comparison = compare_runs(run_a, store.results(run_a), run_b, store.results(run_b))
+        comparison = run_comparison(store, run_a, run_b)  # cached per result stamp of both runs
         if comparison.paired:
             st.table(pd.DataFrame([p.model_dump() for p in comparison.paired]).set_index("metric"))
         else:
