@@ -41,10 +41,11 @@ PROTOCOL_WINDOW_S = 60.0
 
 
 def scaled(settings: Settings, window_s: float, requests: int, tokens: int) -> Settings:
-    batch = settings.judge.batch_evaluator_defaults.model_copy(
+    request = settings.judge_settings("ddi")
+    batch = request.batch_evaluator_defaults.model_copy(
         update={"rate_window_seconds": window_s, "requests_per_minute": requests, "tokens_per_minute": tokens}
     )
-    return settings.model_copy(update={"judge": settings.judge.model_copy(update={"batch_evaluator_defaults": batch})})
+    return settings.with_judge_settings("ddi", request.model_copy(update={"batch_evaluator_defaults": batch}))
 
 
 def items(count: int) -> list[DdiJudgeItem]:
@@ -70,7 +71,7 @@ def worst_window(times: list[float], weights: list[int], window_s: float) -> tup
 
 
 def scenario(name: str, settings: Settings, latency_s: float, measured_windows: int) -> dict:
-    batch = settings.judge.batch_evaluator_defaults
+    batch = settings.judge_settings("ddi").batch_evaluator_defaults
     window_s = batch.rate_window_seconds
     bound = min(batch.concurrency / latency_s, batch.requests_per_minute / window_s)
     # Enough cases to keep the judge busy past the measured interval.
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     settings = load_settings()
-    batch = settings.judge.batch_evaluator_defaults
+    batch = settings.judge_settings("ddi").batch_evaluator_defaults
     factor = args.window / PROTOCOL_WINDOW_S
     requests = max(1, round(batch.requests_per_minute * factor))
     tokens = max(1, round(batch.tokens_per_minute * factor))

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 import medeval_core
 from medeval_core.files import read_json
@@ -69,7 +69,8 @@ class JudgeBatchDefaults(_Strict):
 
 
 class JudgeRequestSettings(_Strict):
-    """DDI judge request and batch-evaluator settings (``configs/ddi_judge.json``)."""
+    """One judge's request and batch-evaluator settings (``configs/<name>_judge.json``; the DDI judge's is
+    ``configs/ddi_judge.json``, the SkinGPT-R1 release file)."""
 
     base_url: str
     model: str
@@ -99,32 +100,64 @@ class BackendChoice(_Strict):
         return self.backend not in ("none",)
 
 
-class BackendSettings(_Strict):
-    """Model roles (``configs/backends.json``): the tested vision model, the DDI judge, the chat agent."""
+ROLE_FIELDS = ("backend", "model", "base_url", "devices")
+"""The ``BackendChoice`` fields an environment variable ``MEDEVAL_<ROLE>_<FIELD>`` can set, for any role."""
 
-    vlm: BackendChoice
-    judge: BackendChoice
-    chat: BackendChoice
+ENV_PREFIX = "MEDEVAL_"
+
+
+def role_env_key(role: str) -> str:
+    """The part of ``MEDEVAL_<ROLE>_*`` that names ``role``: upper case, ``-`` as ``_`` (``sdbench-judge`` ->
+    ``SDBENCH_JUDGE``). Two spellings with the same key are the same role."""
+    return role.upper().replace("-", "_")
+
+
+def default_api_key_env(role: str) -> str:
+    return f"{ENV_PREFIX}{role_env_key(role)}_API_KEY"
+
+
+def unconfigured(role: str) -> BackendChoice:
+    """What a role nobody configured gets: no backend, and the key variable it would read."""
+    return BackendChoice(backend="none", api_key_env=default_api_key_env(role))
+
+
+class BackendRoles(RootModel[dict[str, BackendChoice]]):
+    """Model roles (``configs/backends.json``): role name -> the backend that serves it. Any role name is allowed
+    (``vlm``, ``judge``, ``chat``, ``gatekeeper``, ``sdbench-judge``...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class RoleOverride(BaseModel):
+    """One role's ``MEDEVAL_<ROLE>_*`` variables."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: BackendKind | None = None
+    model: str | None = None
+    base_url: str | None = None
+    devices: str | None = None
+
+    def changes(self) -> dict[str, Any]:
+        changes = self.model_dump(exclude_none=True)
+        # A base URL alone means "use this OpenAI-compatible endpoint": asking for both would be redundant.
+        if "base_url" in changes and "backend" not in changes:
+            changes["backend"] = "openai"
+        return changes
 
 
 class EnvironmentOverrides(BaseModel):
-    """``MEDEVAL_*`` environment variables; each one set replaces the matching file value."""
+    """``MEDEVAL_*`` environment variables; each one set replaces the matching file value.
+
+    ``roles`` holds ``MEDEVAL_<ROLE>_BACKEND/_MODEL/_BASE_URL/_DEVICES`` by role key (see ``role_env_key``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     data_dir: Path | None = None
     db_url: str | None = None
     config_dir: Path | None = None
-    vlm_backend: BackendKind | None = None
-    vlm_model: str | None = None
-    vlm_base_url: str | None = None
-    vlm_devices: str | None = None
-    judge_backend: BackendKind | None = None
-    judge_model: str | None = None
-    judge_base_url: str | None = None
-    chat_backend: BackendKind | None = None
-    chat_model: str | None = None
-    chat_base_url: str | None = None
+    roles: dict[str, RoleOverride] = {}
 
 
 class Settings(_Strict):
@@ -133,8 +166,31 @@ class Settings(_Strict):
     data_dir: Path
     db_url: str
     generation: GenerationSettings
-    judge: JudgeRequestSettings
-    backends: BackendSettings
+    judges: dict[str, JudgeRequestSettings]
+    roles: dict[str, BackendChoice]
+
+    def role(self, name: str) -> BackendChoice:
+        """The backend serving the role ``name`` (any spelling with the same ``role_env_key``); a role nobody
+        configured gets backend ``none``."""
+        key = role_env_key(name)
+        for role, choice in self.roles.items():
+            if role_env_key(role) == key:
+                return choice
+        return unconfigured(name)
+
+    def judge_settings(self, name: str) -> JudgeRequestSettings:
+        """The request settings of the judge ``name`` (``configs/<name>_judge.json``; ``ddi`` always exists)."""
+        try:
+            return self.judges[name]
+        except KeyError:
+            known = ", ".join(sorted(self.judges))
+            raise SettingsError(
+                f"No request settings for the judge {name!r} (known: {known}); add configs/{name}_judge.json."
+            ) from None
+
+    def with_judge_settings(self, name: str, request: JudgeRequestSettings) -> Settings:
+        """A copy whose judge ``name`` uses ``request`` (tests and benchmarks scale the protocol's timings)."""
+        return self.model_copy(update={"judges": {**self.judges, name: request}})
 
     def effective(self) -> dict[str, Any]:
         """JSON-ready view of everything that can change a result (paths as strings, no secret values)."""
@@ -159,20 +215,24 @@ def _validated(model: type[BaseModel], path: Path) -> Any:
         raise SettingsError(f"Configuration file {path} has invalid values: {exc}") from exc
 
 
-def _apply_backend_overrides(backends: BackendSettings, env: EnvironmentOverrides) -> BackendSettings:
-    updated = {}
-    for role in ("vlm", "judge", "chat"):
-        choice: BackendChoice = getattr(backends, role)
-        changes = {
-            field: value
-            for field in ("backend", "model", "base_url", "devices")
-            if (value := getattr(env, f"{role}_{field}", None)) is not None
-        }
-        # A base URL alone means "use this OpenAI-compatible endpoint": asking for both would be redundant.
-        if "base_url" in changes and "backend" not in changes:
-            changes["backend"] = "openai"
-        updated[role] = choice.model_copy(update=changes)
-    return BackendSettings(**updated)
+def _apply_role_overrides(roles: dict[str, BackendChoice], env: EnvironmentOverrides) -> dict[str, BackendChoice]:
+    by_key: dict[str, str] = {}
+    for role in roles:
+        other = by_key.setdefault(role_env_key(role), role)
+        if other != role:
+            raise SettingsError(f"configs/backends.json names the roles {other!r} and {role!r}, which are the same "
+                                f"role (both read MEDEVAL_{role_env_key(role)}_*); keep one.")
+    updated = dict(roles)
+    for key, override in env.roles.items():
+        changes = override.changes()
+        if key in by_key:
+            role = by_key[key]
+            updated[role] = roles[role].model_copy(update=changes)
+        else:
+            # A role only the environment names is created: MEDEVAL_GATEKEEPER_BASE_URL alone is enough.
+            role = key.lower().replace("_", "-")
+            updated[role] = unconfigured(role).model_copy(update=changes)
+    return updated
 
 
 def default_db_url() -> str:
@@ -187,28 +247,57 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     try:
         env = EnvironmentOverrides.model_validate(_env_kwargs(os.environ if environ is None else environ))
     except ValidationError as exc:
-        raise SettingsError(f"A MEDEVAL_* environment variable has an invalid value: {exc}") from exc
+        names = ", ".join(_variable_name(error["loc"]) for error in exc.errors())
+        raise SettingsError(f"A MEDEVAL_* environment variable has an invalid value ({names}): {exc}") from exc
     config_dir = (env.config_dir or DEFAULT_CONFIG_DIR).resolve()
-    backends = _validated(BackendSettings, config_dir / "backends.json")
+    roles: dict[str, BackendChoice] = _validated(BackendRoles, config_dir / "backends.json").root
     return Settings(
         config_dir=config_dir,
         prompts_dir=DEFAULT_PROMPTS_DIR,
         data_dir=(env.data_dir or DEFAULT_VAR_DIR / "data").resolve(),
         db_url=env.db_url or default_db_url(),
         generation=_validated(GenerationSettings, config_dir / "evaluation.json"),
-        judge=_validated(JudgeRequestSettings, config_dir / "ddi_judge.json"),
-        backends=_apply_backend_overrides(backends, env),
+        judges=_judge_settings(config_dir),
+        roles=_apply_role_overrides(roles, env),
     )
 
 
-def _env_kwargs(environ: Mapping[str, str]) -> dict[str, str]:
-    prefix = "MEDEVAL_"
-    fields = EnvironmentOverrides.model_fields
-    return {
-        key[len(prefix) :].lower(): value
-        for key, value in environ.items()
-        if key.startswith(prefix) and key[len(prefix) :].lower() in fields
-    }
+def _variable_name(loc: tuple[int | str, ...]) -> str:
+    parts = [str(part) for part in loc[:3] if part != "roles"]
+    return ENV_PREFIX + "_".join(parts).upper()
+
+
+JUDGE_FILE_SUFFIX = "_judge.json"
+
+
+def _judge_settings(config_dir: Path) -> dict[str, JudgeRequestSettings]:
+    """``configs/<name>_judge.json`` by judge name; ``ddi_judge.json`` (the SkinGPT-R1 release file, byte for byte)
+    must be there."""
+    paths = {path.name[: -len(JUDGE_FILE_SUFFIX)]: path for path in sorted(config_dir.glob(f"*{JUDGE_FILE_SUFFIX}"))}
+    paths.setdefault("ddi", config_dir / f"ddi{JUDGE_FILE_SUFFIX}")  # missing: _validated names it
+    return {name: _validated(JudgeRequestSettings, path) for name, path in paths.items()}
+
+
+def _env_kwargs(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``MEDEVAL_DATA_DIR``-style variables by field, and ``MEDEVAL_<ROLE>_<FIELD>`` ones by role key."""
+    fields = set(EnvironmentOverrides.model_fields) - {"roles"}
+    suffixes = {f"_{field.upper()}": field for field in ROLE_FIELDS}
+    kwargs: dict[str, Any] = {}
+    roles: dict[str, dict[str, str]] = {}
+    for key, value in sorted(environ.items()):
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :]
+        if name.lower() in fields:
+            kwargs[name.lower()] = value
+            continue
+        for suffix, field in suffixes.items():
+            if name.endswith(suffix) and len(name) > len(suffix):
+                roles.setdefault(name[: -len(suffix)], {})[field] = value
+                break
+    if roles:
+        kwargs["roles"] = roles
+    return kwargs
 
 
 def api_key(env_name: str) -> str | None:

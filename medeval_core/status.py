@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from medeval_core import registry
 from medeval_core.data import data_status
-from medeval_core.settings import BackendChoice, Settings, api_key
+from medeval_core.settings import BackendChoice, Settings, api_key, role_env_key, unconfigured
 from medeval_core.store import open_store, redact_url
 
 
@@ -47,6 +47,15 @@ def store_status(settings: Settings) -> StoreStatus:
         return StoreStatus(url=url, reachable=False, error=f"{type(exc).__name__}: {exc}")
 
 
+def role_hint(role: str) -> str:
+    """How to configure ``role``: the shipped roles have their own words, any other role the generic variables."""
+    if role in ROLE_HINTS:
+        return ROLE_HINTS[role]
+    key = role_env_key(role)
+    return (f"Set MEDEVAL_{key}_BASE_URL (an OpenAI-compatible endpoint ending in /v1) and MEDEVAL_{key}_MODEL, "
+            f"or MEDEVAL_{key}_BACKEND; the key goes in the variable named below.")
+
+
 def backend_status(role: str, choice: BackendChoice, used_by: list[str] | None = None) -> BackendStatus:
     needs_key = choice.backend == "openai"
     return BackendStatus(
@@ -59,20 +68,23 @@ def backend_status(role: str, choice: BackendChoice, used_by: list[str] | None =
         configured=choice.configured,
         api_key_env=choice.api_key_env,
         api_key_set=bool(api_key(choice.api_key_env)) if needs_key else False,
-        hint="" if choice.configured and choice.backend != "offline" else ROLE_HINTS.get(role, ""),
+        hint="" if choice.configured and choice.backend != "offline" else role_hint(role),
     )
 
 
 def backends_status(settings: Settings) -> list[BackendStatus]:
-    """The configured roles, then every other role a registered benchmark declares (shown as not configured)."""
-    used_by = registry.model_roles()
-    configured = settings.backends.model_dump()
-    rows = [backend_status(role, getattr(settings.backends, role), used_by.get(role)) for role in configured]
-    for role, benchmarks in used_by.items():
-        if role not in configured:
-            rows.append(BackendStatus(role=role, used_by=", ".join(benchmarks), backend="none", model="",
-                                      base_url=None, configured=False, api_key_env="", api_key_set=False,
-                                      hint=f"Declared by {', '.join(benchmarks)}; no backend is configured for it."))
+    """Every configured role (``configs/backends.json`` and ``MEDEVAL_<ROLE>_*``), then every other role a
+    registered benchmark declares (not configured, with the variables that would configure it)."""
+    used_by: dict[str, list[str]] = {}
+    declared: dict[str, str] = {}  # role key -> the spelling the benchmark uses
+    for role, benchmarks in registry.model_roles().items():
+        declared.setdefault(role_env_key(role), role)
+        used_by.setdefault(role_env_key(role), []).extend(benchmarks)
+    rows = [backend_status(role, choice, used_by.get(role_env_key(role))) for role, choice in settings.roles.items()]
+    configured = {role_env_key(role) for role in settings.roles}
+    for key, role in declared.items():
+        if key not in configured:
+            rows.append(backend_status(role, unconfigured(role), used_by[key]))
     return rows
 
 

@@ -30,7 +30,8 @@ GOOD = verdict_reply("nodular basal cell carcinoma", True, "Same disease and sub
 
 def scaled_settings(timeout_s: float = 0.3, **batch: object) -> Settings:
     settings = load_settings()
-    defaults = settings.judge.batch_evaluator_defaults
+    request = settings.judge_settings("ddi")
+    defaults = request.batch_evaluator_defaults
     low, high = defaults.retry_jitter_seconds
     scaled = defaults.model_copy(update={
         "retry_initial_seconds": defaults.retry_initial_seconds * SCALE,
@@ -38,8 +39,8 @@ def scaled_settings(timeout_s: float = 0.3, **batch: object) -> Settings:
         "retry_jitter_seconds": (low * SCALE, high * SCALE),
         **batch,
     })
-    judge = settings.judge.model_copy(update={"batch_evaluator_defaults": scaled, "timeout_seconds": timeout_s})
-    return settings.model_copy(update={"judge": judge})
+    judge = request.model_copy(update={"batch_evaluator_defaults": scaled, "timeout_seconds": timeout_s})
+    return settings.with_judge_settings("ddi", judge)
 
 
 class RecordingSleep:
@@ -310,12 +311,12 @@ def test_parse_verdict_is_strict() -> None:
 def test_make_ddi_judge_picks_the_backend_and_never_guesses_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
     assert make_ddi_judge(settings).name == "offline-rules-v1"  # the shipped default: no endpoint configured
-    monkeypatch.delenv(settings.backends.judge.api_key_env, raising=False)
-    with pytest.raises(SettingsError, match=settings.backends.judge.api_key_env):
+    monkeypatch.delenv(settings.role("judge").api_key_env, raising=False)
+    with pytest.raises(SettingsError, match=settings.role("judge").api_key_env):
         make_ddi_judge(settings, backend="openai")
     local = make_ddi_judge(settings, base_url="http://127.0.0.1:9/v1", model="qwen-local")
     assert local.name == "openai:qwen-local" and local.concurrency == 16
-    monkeypatch.setenv(settings.backends.judge.api_key_env, "sk-from-env")
+    monkeypatch.setenv(settings.role("judge").api_key_env, "sk-from-env")
     remote = make_ddi_judge(settings, backend="openai")
     assert remote.name == "openai:qwen3.8-max"
     with pytest.raises(SettingsError, match="offline"):

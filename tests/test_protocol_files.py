@@ -67,7 +67,7 @@ def test_generation_settings_hold_every_value_of_the_document() -> None:
 
 
 def test_judge_settings_hold_every_value_of_the_document() -> None:
-    judge = load_settings().judge
+    judge = load_settings().judge_settings("ddi")
     assert judge.base_url == "https://dashscope.aliyuncs.com/compatible-mode/v1"
     assert judge.model == "qwen3.8-max"
     assert judge.temperature == 0.0 and judge.max_tokens == 300

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core.settings import SettingsError, fingerprint, load_settings, runtime_versions
+from medeval_core.settings import JudgeRequestSettings, SettingsError, fingerprint, load_settings, runtime_versions
+from medeval_core.status import backends_status
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -18,15 +19,15 @@ def test_environment_overrides_files_and_a_base_url_selects_the_openai_backend()
     })
     assert settings.data_dir == Path("/tmp/somewhere")
     assert settings.db_url == "sqlite:////tmp/x.db"
-    assert settings.backends.judge.backend == "openai"
-    assert settings.backends.judge.base_url == "http://127.0.0.1:9/v1"
-    assert settings.backends.vlm.backend == "transformers" and settings.backends.vlm.model == "/models/skingpt"
+    assert settings.role("judge").backend == "openai"
+    assert settings.role("judge").base_url == "http://127.0.0.1:9/v1"
+    assert settings.role("vlm").backend == "transformers" and settings.role("vlm").model == "/models/skingpt"
 
 
 def test_defaults_use_the_offline_judge_and_no_vision_model() -> None:
     settings = load_settings({})
-    assert settings.backends.judge.backend == "offline"
-    assert settings.backends.vlm.backend == "none" and not settings.backends.vlm.configured
+    assert settings.role("judge").backend == "offline"
+    assert settings.role("vlm").backend == "none" and not settings.role("vlm").configured
     assert settings.db_url.startswith("sqlite:///") and settings.db_url.endswith("var/medeval.db")
 
 
@@ -46,6 +47,62 @@ def test_secret_values_never_enter_the_effective_settings(monkeypatch: pytest.Mo
     assert "DASHSCOPE_API_KEY" in effective  # the variable's name is recorded, so a run says where its key came from
 
 
+def test_any_role_can_be_configured_from_the_environment_alone() -> None:
+    settings = load_settings({
+        "MEDEVAL_GATEKEEPER_BASE_URL": "http://127.0.0.1:9/v1",
+        "MEDEVAL_GATEKEEPER_MODEL": "gpt-gatekeeper",
+        "MEDEVAL_SDBENCH_JUDGE_BACKEND": "offline",
+        "MEDEVAL_CHAT_DEVICES": "1",
+    })
+    gatekeeper = settings.role("gatekeeper")
+    assert (gatekeeper.backend, gatekeeper.model, gatekeeper.base_url) == ("openai", "gpt-gatekeeper",
+                                                                           "http://127.0.0.1:9/v1")
+    assert gatekeeper.api_key_env == "MEDEVAL_GATEKEEPER_API_KEY" and gatekeeper.configured
+    # A hyphenated role is read from its upper-cased, underscored variables, whichever spelling looks it up.
+    assert settings.role("sdbench-judge").backend == settings.role("sdbench_judge").backend == "offline"
+    assert "sdbench-judge" in settings.roles and settings.role("chat").devices == "1"
+    nobody = settings.role("patient")
+    assert nobody.backend == "none" and not nobody.configured and nobody.api_key_env == "MEDEVAL_PATIENT_API_KEY"
+    rows = {row.role: row for row in backends_status(settings)}
+    assert rows["gatekeeper"].configured and rows["gatekeeper"].model == "gpt-gatekeeper"
+    assert rows["gatekeeper"].api_key_env == "MEDEVAL_GATEKEEPER_API_KEY"
+    assert "gatekeeper" not in {row.role for row in backends_status(load_settings({}))}
+    assert settings.settings_hash() != load_settings({}).settings_hash()
+
+
+def test_roles_are_read_from_the_file_by_any_name(tmp_path: Path) -> None:
+    for name in ("evaluation.json", "ddi_judge.json"):
+        (tmp_path / name).write_text((REPO / "configs" / name).read_text())
+    roles = {"patient": {"backend": "openai", "model": "p", "base_url": "http://127.0.0.1:9/v1",
+                         "api_key_env": "PATIENT_KEY"}}
+    (tmp_path / "backends.json").write_text(json.dumps(roles))
+    settings = load_settings({"MEDEVAL_CONFIG_DIR": str(tmp_path), "MEDEVAL_PATIENT_MODEL": "q"})
+    assert settings.role("patient").model == "q" and settings.role("patient").api_key_env == "PATIENT_KEY"
+    assert settings.role("vlm").backend == "none"
+    # Another judge's request settings come from configs/<name>_judge.json, keyed by its name.
+    other = {**json.loads((REPO / "configs" / "ddi_judge.json").read_text()), "model": "sdbench-judge-llm"}
+    (tmp_path / "sdbench_judge.json").write_text(json.dumps(other))
+    judges = load_settings({"MEDEVAL_CONFIG_DIR": str(tmp_path)}).judges
+    assert sorted(judges) == ["ddi", "sdbench"] and judges["sdbench"].model == "sdbench-judge-llm"
+    assert judges["ddi"].model == "qwen3.8-max"
+    (tmp_path / "backends.json").write_text(json.dumps({**roles, "PATIENT": roles["patient"]}))
+    with pytest.raises(SettingsError, match="same role"):
+        load_settings({"MEDEVAL_CONFIG_DIR": str(tmp_path)})
+
+
+def test_the_ddi_judge_settings_are_the_release_file_value_for_value() -> None:
+    settings = load_settings({"MEDEVAL_JUDGE_MODEL": "other", "MEDEVAL_JUDGE_BASE_URL": "http://127.0.0.1:9/v1"})
+    released = json.loads((REPO / "configs" / "ddi_judge.json").read_text())
+    ddi = settings.judge_settings("ddi")
+    assert ddi is settings.judges["ddi"] and list(settings.judges) == ["ddi"]
+    assert ddi == JudgeRequestSettings.model_validate(released)
+    # Every value as the file states it: overriding the judge role leaves the request settings alone.
+    assert json.loads(ddi.model_dump_json()) == released
+    assert settings.effective()["judges"]["ddi"] == released
+    with pytest.raises(SettingsError, match="sdbench"):
+        settings.judge_settings("sdbench")
+
+
 def test_invalid_config_file_gives_a_readable_error(tmp_path: Path) -> None:
     for name in ("evaluation.json", "ddi_judge.json", "backends.json"):
         (tmp_path / name).write_text((REPO / "configs" / name).read_text())
@@ -55,8 +112,10 @@ def test_invalid_config_file_gives_a_readable_error(tmp_path: Path) -> None:
     (tmp_path / "evaluation.json").write_text("{not json")
     with pytest.raises(SettingsError, match="not valid JSON"):
         load_settings({"MEDEVAL_CONFIG_DIR": str(tmp_path)})
-    with pytest.raises(SettingsError, match="invalid value"):
+    with pytest.raises(SettingsError, match=r"invalid value \(MEDEVAL_JUDGE_BACKEND\)"):
         load_settings({"MEDEVAL_JUDGE_BACKEND": "telepathy"})
+    with pytest.raises(SettingsError, match="MEDEVAL_GATEKEEPER_BACKEND"):
+        load_settings({"MEDEVAL_GATEKEEPER_BACKEND": "telepathy"})
 
 
 def test_runtime_versions_name_the_libraries_that_shape_results() -> None:

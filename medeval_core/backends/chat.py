@@ -2,7 +2,7 @@
 
 Any OpenAI-compatible endpoint works (vLLM, Ollama, a hosted API); retries and errors are those of
 ``CompletionClient``, with failures raised as ``ChatBackendError``. The key comes from the variable named in
-``settings.backends.chat.api_key_env``.
+``settings.role("chat").api_key_env``.
 """
 
 from __future__ import annotations

@@ -100,8 +100,8 @@ def make_vlm_backend(
     model: str | None = None,
     base_url: str | None = None,
 ) -> VlmBackend:
-    """The configured vision backend; arguments override ``settings.backends.vlm`` (CLI flags, page inputs)."""
-    choice = settings.backends.vlm
+    """The configured vision backend; arguments override ``settings.role("vlm")`` (CLI flags, page inputs)."""
+    choice = settings.role("vlm")
     kind = backend or (choice.backend if choice.backend != "none" or not base_url else "openai")
     model_name = model or choice.model
     if kind == "transformers":

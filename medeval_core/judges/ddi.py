@@ -90,7 +90,8 @@ def make_ddi_judge(
     model: str | None = None,
 ) -> DdiJudge:
     """The judge the settings (or the explicit overrides) ask for; the offline rules when no endpoint is set."""
-    choice = settings.backends.judge
+    choice = settings.role("judge")
+    request = settings.judge_settings("ddi")
     if backend is None:
         # A URL alone means an OpenAI-compatible endpoint, as with MEDEVAL_JUDGE_BASE_URL.
         backend = "openai" if base_url else choice.backend
@@ -102,17 +103,17 @@ def make_ddi_judge(
         raise SettingsError(f"The DDI judge cannot use the {backend!r} backend; choose 'offline' or 'openai'.")
     from medeval_core.judges.openai_judge import OpenAIDdiJudge
 
-    url = base_url or choice.base_url or settings.judge.base_url
+    url = base_url or choice.base_url or request.base_url
     key = api_key(choice.api_key_env)
     if not key:
-        if url.rstrip("/") == settings.judge.base_url.rstrip("/"):
+        if url.rstrip("/") == request.base_url.rstrip("/"):
             raise SettingsError(
                 f"The judge endpoint {url} needs an API key: set the environment variable {choice.api_key_env}, "
                 "or use the offline judge (--judge offline)."
             )
         # Local OpenAI-compatible servers (vLLM, Ollama) accept any key; the SDK insists on one.
         key = "EMPTY"
-    return OpenAIDdiJudge.from_settings(settings, base_url=url, model=model or choice.model or settings.judge.model,
+    return OpenAIDdiJudge.from_settings(settings, base_url=url, model=model or choice.model or request.model,
                                         api_key=key)
 
 

@@ -178,7 +178,7 @@ class OfflineDdiJudge:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OfflineDdiJudge:
-        batch = settings.judge.batch_evaluator_defaults
+        batch = settings.judge_settings("ddi").batch_evaluator_defaults
         return cls.from_file(settings.prompts_dir, batch.progress_every, batch.model_output_tail_characters)
 
     @classmethod

@@ -135,7 +135,7 @@ class OpenAIDdiJudge:
     def from_settings(cls, settings: Settings, *, base_url: str, model: str, api_key: str,
                       sleep: Callable[[float], None] = time.sleep) -> OpenAIDdiJudge:
         return cls(
-            request=settings.judge, base_url=base_url, model=model, api_key=api_key,
+            request=settings.judge_settings("ddi"), base_url=base_url, model=model, api_key=api_key,
             system_prompt=load_prompt("ddi_judge_system", settings.prompts_dir),
             user_template=load_prompt("ddi_judge_user", settings.prompts_dir), sleep=sleep,
         )

@@ -48,7 +48,7 @@ class EveryNCases:
 
 
 def _progress(settings: Settings, wanted: bool) -> ProgressCallback | None:
-    return EveryNCases(settings.judge.batch_evaluator_defaults.progress_every) if wanted else None
+    return EveryNCases(settings.judge_settings("ddi").batch_evaluator_defaults.progress_every) if wanted else None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

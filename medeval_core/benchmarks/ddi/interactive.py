@@ -157,13 +157,13 @@ class ModelSetup(BaseModel):
 
 
 def model_setup(settings: Settings) -> ModelSetup:
-    choice = settings.backends.vlm
+    choice = settings.role("vlm")
     configured = choice.backend in ("transformers", "openai") and bool(choice.model) and (
         choice.backend != "openai" or bool(choice.base_url))
     where = f" at {choice.base_url}" if choice.backend == "openai" else ""
-    judge = settings.backends.judge
+    judge = settings.role("judge")
     judge_text = ("offline rules (no judge endpoint configured)" if judge.backend in ("offline", "none")
-                  else f"{judge.model} at {judge.base_url or settings.judge.base_url}")
+                  else f"{judge.model} at {judge.base_url or settings.judge_settings('ddi').base_url}")
     return ModelSetup(
         configured=configured, backend=choice.backend, model=choice.model,
         message=f"{choice.backend} model {choice.model}{where}" if configured else NOT_CONFIGURED_MESSAGE,

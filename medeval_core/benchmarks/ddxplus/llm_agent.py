@@ -75,7 +75,7 @@ class LLMAgent:
     @classmethod
     def from_settings(cls, kb: KnowledgeBase, settings: Settings, params: Mapping[str, Any]) -> LLMAgent:
         options = {key: params[key] for key in ("temperature", "max_tokens", "seed") if key in params}
-        choice = settings.backends.chat
+        choice = settings.role("chat")
         if params.get("base_url") and params.get("model"):
             # A resumed run keeps talking to the model it started with.
             choice = choice.model_copy(update={"backend": "openai", "base_url": params["base_url"],
