@@ -109,6 +109,15 @@ def pages() -> list[PageInfo]:
     return [page for item in specs().values() for page in item.pages]
 
 
+def data_sources() -> dict[str, list[str]]:
+    """Data source name -> the benchmarks that read it."""
+    sources: dict[str, list[str]] = {}
+    for item in specs().values():
+        for source in item.data_sources:
+            sources.setdefault(source, []).append(item.name)
+    return sources
+
+
 def model_roles() -> dict[str, list[str]]:
     """Role name -> the benchmarks that use it."""
     roles: dict[str, list[str]] = {}

@@ -94,13 +94,17 @@ class DataRow(BaseModel):
     icon: str
     files: int
     how_to_get: str
+    used_by: str = ""
+    """The benchmarks whose specs name this source."""
 
 
 STATE_ICONS = {"found": ":material/check_circle:", "partial": ":material/warning:", "missing": ":material/cancel:"}
 
 
 def data_status_rows(settings: Settings) -> list[DataRow]:
-    """One row per data source under MEDEVAL_DATA_DIR, with the command (or request) that gets a missing one."""
+    """One row per data source under MEDEVAL_DATA_DIR, with the command (or request) that gets a missing one and
+    the benchmarks that read it (from their specs)."""
+    used_by = registry.data_sources()
     return [
         DataRow(
             name=status.source.title,
@@ -108,6 +112,7 @@ def data_status_rows(settings: Settings) -> list[DataRow]:
             icon=STATE_ICONS[status.state],
             files=len(status.files),
             how_to_get="" if status.state == "found" else status.how_to_get,
+            used_by=", ".join(used_by.get(status.source.name, [])),
         )
         for status in data_status(settings.data_dir)
     ]

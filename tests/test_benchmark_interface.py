@@ -20,7 +20,7 @@ from medeval_core.cli import build_parser, main
 from medeval_core.records import RunKind, RunStatus
 from medeval_core.runner import BatchRunner
 from medeval_core.settings import load_settings
-from medeval_core.status import backends_status
+from medeval_core.status import backends_status, data_status_rows
 from medeval_core.store import Store
 from tests.support.counting_benchmark import CountingParams
 
@@ -39,6 +39,8 @@ def test_a_benchmark_outside_medeval_appears_in_run_pages_and_sidebar(toy: None)
     assert "counting" in run_choices
     assert any(page.url_path == "counting" for page in pages())
     assert any(row.role == "counter" and row.used_by == "counting" for row in backends_status(load_settings()))
+    by_source = {row.name: row.used_by for row in data_status_rows(load_settings())}
+    assert "counting" in by_source["MEDIQ (iMedQA, iCraft-MD)"] and by_source["DDXPlus (English)"] == "ddxplus"
 
 
 def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,7 +36,8 @@ st.caption(f"Looked up under `{settings.data_dir}` (set `MEDEVAL_DATA_DIR` to ch
 st.table(
     pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)])
     .set_index("name")
-    .rename(columns={"state": "Status", "files": "Files", "how_to_get": "How to get it"})
+    .rename(columns={"state": "Status", "files": "Files", "how_to_get": "How to get it",
+                     "used_by": "Used by"})
     .rename_axis("Source")
 )
 

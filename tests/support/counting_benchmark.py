@@ -37,6 +37,7 @@ SPEC = BenchmarkSpec(
     pages=(PageInfo(path="tests/support/counting_page.py", title="Counting", icon=":material/counter_1:",
                     section="Benchmarks", url_path="counting", description="The toy benchmark's page."),),
     model_roles=(ModelRole(name="counter", description="counts (toy role)"),),
+    data_sources=("mediq",),
 )
 
 
