@@ -212,6 +212,8 @@ class BatchRunner:
     def _drain(self, run_id: str, todo: list[tuple[Case, int]], run_case: CaseFunction, tally: _Tally) -> bool:
         """Run ``todo`` with at most ``workers`` cases in flight, committing finished ones in groups. Returns True
         when cancelled."""
+        if self.workers == 1:
+            return self._drain_inline(run_id, todo, run_case, tally)
         queue: Iterator[tuple[Case, int]] = iter(todo)
         in_flight: set[Future[CaseRecords]] = set()
         unwritten: list[CaseRecords] = []
@@ -244,6 +246,31 @@ class BatchRunner:
                 if unwritten and (time.monotonic() - oldest_unwritten >= self.commit_interval_s
                                   or len(unwritten) >= self.max_commit_cases):
                     self._commit(run_id, unwritten, tally)
+
+    def _drain_inline(self, run_id: str, todo: list[tuple[Case, int]], run_case: CaseFunction,
+                      tally: _Tally) -> bool:
+        """``_drain`` with one worker: each case runs in this thread (no pool, no hand-over per case; one
+        case in flight either way), finished ones committed in the same groups."""
+        unwritten: list[CaseRecords] = []
+        oldest_unwritten = 0.0
+        last_poll = time.monotonic()
+        for case, repetition in todo:
+            now = time.monotonic()
+            if now - last_poll >= self.cancel_poll_seconds:
+                last_poll = now
+                if self.store.get_run(run_id).status == RunStatus.CANCELLING:
+                    self._cancel.set()
+            if self._cancel.is_set():
+                break
+            records = self._run_one(run_id, case, repetition, run_case)
+            now = time.monotonic()
+            if not unwritten:
+                oldest_unwritten = now
+            unwritten.append(records)
+            if now - oldest_unwritten >= self.commit_interval_s or len(unwritten) >= self.max_commit_cases:
+                self._commit(run_id, unwritten, tally)
+        self._commit(run_id, unwritten, tally)
+        return self._cancel.is_set()
 
     def _commit(self, run_id: str, unwritten: list[CaseRecords], tally: _Tally) -> None:
         if not unwritten:
