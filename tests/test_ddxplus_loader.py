@@ -74,6 +74,28 @@ def test_sample_loads_whole_and_fast_parser_agrees_with_literal_eval(kb):
     assert not (patients.present & ~kb.condition_roots[patients.pathology]).any()
 
 
+def test_cases_in_bulk_are_the_validated_patients(kb):
+    from medeval_core.benchmarks.ddxplus import patients as module
+
+    patients = load_patients(sample_csv(), kb)
+    cases = patients.cases()
+    assert len(cases) == len(patients)
+    for i in range(len(patients)):
+        validated = patients.patient(i)
+        assert cases[i] == validated and hash(cases[i]) == hash(validated)
+        assert cases[i].model_dump() == validated.model_dump()
+        assert cases[i].model_fields_set == validated.model_fields_set
+    assert patients.cases(limit=5) == cases[:5] and patients.cases(limit=0) == []
+    assert patients.cases(limit=10**6) == cases
+    assert patients.subset(np.array([9, 2])).cases() == [cases[9], cases[2]]
+    assert patients.evidences.all() == [patients.evidences[i] for i in range(len(patients))]
+    assert patients.differential_pairs.all() == list(patients.differential_pairs)
+    # Built without validation only while that gives what validation gives; frozen all the same.
+    assert module._patient_record is module._construct_patient
+    with pytest.raises(ValueError):
+        cases[0].age = 3  # type: ignore[misc]
+
+
 def test_malformed_rows_are_skipped_and_counted(tmp_path, kb):
     rows = [
         GOOD,

@@ -15,6 +15,7 @@ per-patient state in the session.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from medeval_core.backends.chat import ChatBackendError
 from medeval_core.benchmark import (
     Benchmark,
     BenchmarkError,
@@ -66,7 +66,15 @@ PREPRINT_ROWS = {
 }
 PREPRINT_SOURCE = "arXiv v2 preprint in the authors' repository (mila-iqia/ddxplus)"
 
-_ERRORS = (KnowledgeBaseError, PatientFileError, ChatBackendError)
+_ERRORS: tuple[type[Exception], ...] = (KnowledgeBaseError, PatientFileError)
+
+
+def _build_errors() -> tuple[type[Exception], ...]:
+    """The errors an agent's build reports as a ``BenchmarkError``: the inputs', and the chat backend's when an
+    agent used one (the backends, which import the OpenAI client, are only loaded by agents that need them:
+    a KB-Bayes run starts without them)."""
+    chat = sys.modules.get("medeval_core.backends.chat")
+    return (*_ERRORS, chat.ChatBackendError) if chat is not None else _ERRORS
 
 
 class _Cache:
@@ -156,8 +164,8 @@ def build_agent(name: str, kb: KnowledgeBase, train: PatientSet | None, settings
                 raise BenchmarkError(f"The agent {name!r} has no start(intake) method; see the DDXPlus agent "
                                      "interface in medeval_core/benchmarks/ddxplus/benchmark.py.")
             return agent
-    except (*_ERRORS, ValueError, TypeError) as exc:
-        if isinstance(exc, BenchmarkError):
+    except Exception as exc:
+        if isinstance(exc, BenchmarkError) or not isinstance(exc, (*_build_errors(), ValueError, TypeError)):
             raise
         raise BenchmarkError(str(exc)) from None
     raise BenchmarkError(f"Unknown DDXPlus agent {name!r}; choose one of {', '.join(BUILT_IN_AGENTS)} or give "
