@@ -18,7 +18,7 @@ import importlib
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,29 @@ def _agent_for(name: str, kb_dir: str, train: str | None, settings: Settings,
     return _agents.get(key, lambda: build_agent(name, kb, train_set, settings, params))
 
 
+class _PlannedCases(Sequence[DDXPlusPatient]):
+    """The planned patients as cases, built (in bulk) on first use: a summary, which reads the patient set
+    itself, never builds them."""
+
+    def __init__(self, patients: PatientSet) -> None:
+        self._patients = patients
+        self._built: list[DDXPlusPatient] | None = None
+
+    def _all(self) -> list[DDXPlusPatient]:
+        if self._built is None:
+            self._built = self._patients.cases()
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._patients)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[DDXPlusPatient]:
+        return iter(self._all())
+
+
 class _ConsultSolver:
     def __init__(self, kb: KnowledgeBase, agent: DDXPlusAgent) -> None:
         self.kb = kb
@@ -258,7 +281,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         return files
 
     def cases(self, params: DDXPlusParams, settings: Settings) -> Sequence[DDXPlusPatient]:
-        return self.patient_set(params).cases()
+        return _PlannedCases(self.patient_set(params))
 
     def agent(self, params: DDXPlusParams, settings: Settings) -> DDXPlusAgent:
         return _agent_for(params.agent, params.kb, params.train, settings, params.agent_params)
@@ -298,7 +321,9 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         headline = [Metric(name=key, value=report.metrics[key], n=len(patients), denominator=PLANNED,
                            method="mean of per-patient values") for key in METRIC_KEYS]
         completed: dict[str, float] | None = None
-        if finished:
+        if len(finished) == len(patients) and len({p for p, _ in finished}) == len(patients):
+            completed = dict(report.metrics)  # every planned patient finished once: the same set
+        elif finished:
             done = np.asarray(sorted(p for p, _ in finished))
             subset = patients.subset(done)
             builder = PredictionBuilder(subset)
@@ -306,6 +331,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
                 row = int(result.output["index"])
                 builder.add(subset.position[row], result.output["differential"].items(), result.output["inquired"])
             completed = score(subset, builder.build()).metrics
+        if completed is not None:
             headline += [Metric(name=f"{key} (completed)", value=completed[key], n=len(finished),
                                 denominator=COMPLETED, method="mean of per-patient values") for key in METRIC_KEYS]
         groups = [MetricGroup(dimension="pathology", label=label,

@@ -134,13 +134,20 @@ class PredictionBuilder:
         self.extra: dict[str, int] = {}
         self.unknown_names: set[str] = set()
         self.unknown_codes: set[str] = set()
+        # Name -> column and code -> root (or None), looked up once per distinct string.
+        self._columns: dict[str, int] = {}
+        self._roots: dict[str, int | None] = {}
 
     def _column(self, name: str) -> int:
-        column = self.kb.pathology_index(name)
-        if column is None:
+        column = self._columns.get(name)
+        if column is not None:
+            return column
+        found = self.kb.pathology_index(name)
+        if found is None:
             self.unknown_names.add(name)
-            column = self.kb.n_pathologies + self.extra.setdefault(name, len(self.extra))
-        return column
+            found = self.kb.n_pathologies + self.extra.setdefault(name, len(self.extra))
+        self._columns[name] = found
+        return found
 
     def add(self, position: int, entries: Iterable[tuple[str, float]], inquired: Iterable[str]) -> None:
         """Record one patient's prediction. Raises ValueError for a second prediction or a pathology named twice
@@ -159,9 +166,13 @@ class PredictionBuilder:
         self.has_line[position] = True
         self.inquired[position, self.patients.initial_root[position]] = True
         count = 0
+        roots = self._roots
         for code in inquired:
             count += 1
-            root = self.kb.root_index.get(root_of(code))
+            if code in roots:
+                root = roots[code]
+            else:
+                root = roots[code] = self.kb.root_index.get(root_of(code))
             if root is None:
                 self.unknown_codes.add(code)
             else:
