@@ -34,7 +34,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.settings import Settings
-from medeval_core.store import Store
+from medeval_core.store import Store, gc_paused
 
 CaseFunction = Callable[[Case, CaseContext], CaseOutcome]
 """Runs one case for one repetition. Raising marks the case failed; it never stops the run."""
@@ -191,7 +191,9 @@ class BatchRunner:
         is continued as is: even two executions at once cannot store a case twice."""
         self._cancel.clear()
         finished = self.store.finished_keys(run_id)
-        todo = [(case, rep) for rep in range(repetitions) for case in cases if (case.case_id, rep) not in finished]
+        with gc_paused():  # one small tuple per case, next to the many long-lived case objects
+            todo = [(case, rep) for rep in range(repetitions) for case in cases
+                    if (case.case_id, rep) not in finished]
         # Failed cases are retried; they stay counted as failed until their retry lands.
         retrying = {(r.case_id, r.repetition) for r in self.store.results(run_id, status=CaseStatus.FAILED)}
         tally = _Tally(total=len(cases) * repetitions, done=len(finished), failed=len(retrying), retrying=retrying)
