@@ -19,6 +19,9 @@ temporary folder, the way bench/ddxplus_bench.py replicates it; nothing is writt
 Run: MEDEVAL_DATA_DIR=../shared/data python bench/ddxplus_run_bench.py [--patients 134529]
      [--agent-patients 10660] [--workers 1] [--keep DIR]
 Quick check: --patients 5000 --agent-patients 2000. The closing figures are at the full 134,529.
+Fixed cost alone: --fixed-cost-only [--repeat 3] starts the run, waits for its first committed result, reads
+that result's ``started_at`` and stops the process (no agent-alone part, no store check); prints each try and
+the best.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import resource  # noqa: E402
+import signal  # noqa: E402
 import sqlite3  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -160,6 +164,49 @@ def bench_run(data_dir: Path, sample: Path, big: Path, total: int, folder: Path,
     return {"wall": wall, "fixed": fixed, "phase": phase, "tail": tail, "rate": total / phase}
 
 
+def _first_start(db: Path) -> float | None:
+    """The earliest committed result's ``started_at`` as an epoch, or None while there is none yet."""
+    if not db.exists():
+        return None
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.05) as connection:
+            row = connection.execute("SELECT min(started_at) FROM case_results").fetchone()
+    except sqlite3.OperationalError:  # the tables are not made yet, or a write holds the lock
+        return None
+    return _stamp(row[0]) if row and row[0] else None
+
+
+def bench_fixed(data_dir: Path, sample: Path, big: Path, folder: Path, workers: int, repeat: int) -> float:
+    """Process start to the first case's ``started_at``, ``repeat`` times (the run stopped once a result is
+    committed); the best."""
+    command = [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--agent", "kb-bayes", "--train",
+               str(sample), "--patients", str(big), "--workers", str(workers), "--json"]
+    print(f"fixed cost: {' '.join(command[1:])} (fresh SQLite file each try, stopped after the first result)")
+    figures = []
+    for attempt in range(repeat):
+        db = folder / f"fixed-{attempt}.db"
+        db.unlink(missing_ok=True)
+        env = {**os.environ, "MEDEVAL_DB_URL": f"sqlite:///{db}", "MEDEVAL_DATA_DIR": str(data_dir),
+               "PYTHONPATH": str(ROOT)}
+        start_epoch = time.time()
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
+        first = None
+        while first is None and process.poll() is None:
+            time.sleep(0.02)
+            first = _first_start(db)
+        if first is None:
+            first = _first_start(db)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        _, stderr = process.communicate()
+        if first is None:
+            raise SystemExit(f"run ddxplus stopped (exit {process.returncode}) before a result:\n{stderr[-3000:]}")
+        figures.append(first - start_epoch)
+        print(f"  try {attempt + 1}: {figures[-1]:.2f} s")
+    return min(figures)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--patients", type=int, default=TEST_SPLIT, help="rows of the replicated patients file")
@@ -167,6 +214,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1, help="--workers of the run")
     parser.add_argument("--keep", type=Path, help="write the big file and the store here (kept) instead of a "
                                                   "temporary folder")
+    parser.add_argument("--fixed-cost-only", action="store_true",
+                        help="measure only the fixed cost before the first patient (the run is stopped after its "
+                             "first result)")
+    parser.add_argument("--repeat", type=int, default=3, help="tries of --fixed-cost-only (the best is kept)")
     args = parser.parse_args()
     if not os.environ.get("MEDEVAL_DATA_DIR"):
         raise SystemExit("Set MEDEVAL_DATA_DIR to the data folder (e.g. ../shared/data).")
@@ -179,6 +230,11 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         big = write_big_file(sample, folder, args.patients)
         print(f"patients file: the sample ({sample.name}) replicated to {args.patients:,} rows, {big}")
+        if args.fixed_cost_only:
+            fixed = bench_fixed(data_dir, sample, big, folder, args.workers, max(1, args.repeat))
+            print(f"fixed cost before the first patient: {fixed:.2f} s best of {max(1, args.repeat)} "
+                  f"(target <= {FIXED_TARGET_S:.0f} s)")
+            return 0 if fixed <= FIXED_TARGET_S else 1
         alone = bench_agent(data_dir, sample, big, args.agent_patients)
         run = bench_run(data_dir, sample, big, args.patients, folder, args.workers)
     ratio = alone / run["rate"]
