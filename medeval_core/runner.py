@@ -150,6 +150,35 @@ class _Tally:
             self.last_error = f"{records.result.case_id}: {records.result.error}"
 
 
+class _CommitWindow:
+    """Finished cases not yet written: due once the oldest has waited ``interval_s`` or ``max_cases`` wait."""
+
+    def __init__(self, interval_s: float, max_cases: int) -> None:
+        self.interval_s = interval_s
+        self.max_cases = max_cases
+        self._waiting: list[CaseRecords] = []
+        self._oldest = 0.0
+
+    def add(self, records: CaseRecords) -> None:
+        if not self._waiting:
+            self._oldest = time.monotonic()
+        self._waiting.append(records)
+
+    def due(self) -> bool:
+        return bool(self._waiting) and (time.monotonic() - self._oldest >= self.interval_s
+                                        or len(self._waiting) >= self.max_cases)
+
+    def wait_s(self, longest: float) -> float:
+        """How long to wait for more cases before this window is due."""
+        if not self._waiting:
+            return longest
+        return max(0.0, min(longest, self._oldest + self.interval_s - time.monotonic()))
+
+    def take(self) -> list[CaseRecords]:
+        waiting, self._waiting = self._waiting, []
+        return waiting
+
+
 def describe_error(exc: BaseException) -> str:
     """One readable line for the stored error; the last traceback frame says where it happened."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -181,6 +210,7 @@ class BatchRunner:
         self.commit_interval_s = commit_interval_s
         self.max_commit_cases = max_commit_cases
         self._cancel = threading.Event()
+        self._last_poll = 0.0
 
     def cancel(self) -> None:
         """Stop after the cases now in flight; they are still saved. The run can be resumed later."""
@@ -214,64 +244,45 @@ class BatchRunner:
     def _drain(self, run_id: str, todo: list[tuple[Case, int]], run_case: CaseFunction, tally: _Tally) -> bool:
         """Run ``todo`` with at most ``workers`` cases in flight, committing finished ones in groups. Returns True
         when cancelled."""
+        window = _CommitWindow(self.commit_interval_s, self.max_commit_cases)
+        self._last_poll = time.monotonic()
         if self.workers == 1:
-            return self._drain_inline(run_id, todo, run_case, tally)
+            # One case in flight either way: running it in this thread saves a hand-over per case.
+            for case, repetition in todo:
+                if self._cancel_requested(run_id):
+                    break
+                window.add(self._run_one(run_id, case, repetition, run_case))
+                if window.due():
+                    self._commit(run_id, window.take(), tally)
+            self._commit(run_id, window.take(), tally)
+            return self._cancel.is_set()
         queue: Iterator[tuple[Case, int]] = iter(todo)
         in_flight: set[Future[CaseRecords]] = set()
-        unwritten: list[CaseRecords] = []
-        oldest_unwritten = 0.0
-        last_poll = time.monotonic()
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"run-{run_id}") as pool:
             while True:
-                now = time.monotonic()
-                if now - last_poll >= self.cancel_poll_seconds:
-                    last_poll = now
-                    if self.store.get_run(run_id).status == RunStatus.CANCELLING:
-                        self._cancel.set()
-                while not self._cancel.is_set() and len(in_flight) < self.workers:
+                while not self._cancel_requested(run_id) and len(in_flight) < self.workers:
                     item = next(queue, None)
                     if item is None:
                         break
                     in_flight.add(pool.submit(self._run_one, run_id, item[0], item[1], run_case))
                 if not in_flight:
-                    self._commit(run_id, unwritten, tally)
+                    self._commit(run_id, window.take(), tally)
                     return self._cancel.is_set()
-                timeout = self.cancel_poll_seconds
-                if unwritten:
-                    timeout = max(0.0, min(timeout, oldest_unwritten + self.commit_interval_s - now))
-                completed, _ = wait(in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+                completed, _ = wait(in_flight, timeout=window.wait_s(self.cancel_poll_seconds),
+                                    return_when=FIRST_COMPLETED)
                 for future in completed:
                     in_flight.discard(future)
-                    if not unwritten:
-                        oldest_unwritten = time.monotonic()
-                    unwritten.append(future.result())
-                if unwritten and (time.monotonic() - oldest_unwritten >= self.commit_interval_s
-                                  or len(unwritten) >= self.max_commit_cases):
-                    self._commit(run_id, unwritten, tally)
+                    window.add(future.result())
+                if window.due():
+                    self._commit(run_id, window.take(), tally)
 
-    def _drain_inline(self, run_id: str, todo: list[tuple[Case, int]], run_case: CaseFunction,
-                      tally: _Tally) -> bool:
-        """``_drain`` with one worker: each case runs in this thread (no pool, no hand-over per case; one
-        case in flight either way), finished ones committed in the same groups."""
-        unwritten: list[CaseRecords] = []
-        oldest_unwritten = 0.0
-        last_poll = time.monotonic()
-        for case, repetition in todo:
-            now = time.monotonic()
-            if now - last_poll >= self.cancel_poll_seconds:
-                last_poll = now
-                if self.store.get_run(run_id).status == RunStatus.CANCELLING:
-                    self._cancel.set()
-            if self._cancel.is_set():
-                break
-            records = self._run_one(run_id, case, repetition, run_case)
-            now = time.monotonic()
-            if not unwritten:
-                oldest_unwritten = now
-            unwritten.append(records)
-            if now - oldest_unwritten >= self.commit_interval_s or len(unwritten) >= self.max_commit_cases:
-                self._commit(run_id, unwritten, tally)
-        self._commit(run_id, unwritten, tally)
+    def _cancel_requested(self, run_id: str) -> bool:
+        """Whether to stop submitting: ``cancel()`` here, or a cancel requested through the store (polled)."""
+        now = time.monotonic()
+        if now - self._last_poll >= self.cancel_poll_seconds:
+            self._last_poll = now
+            if self.store.get_run(run_id).status == RunStatus.CANCELLING:
+                self._cancel.set()
         return self._cancel.is_set()
 
     def _commit(self, run_id: str, unwritten: list[CaseRecords], tally: _Tally) -> None:
@@ -282,7 +293,6 @@ class BatchRunner:
         for records, was_written in zip(unwritten, written, strict=True):
             if was_written:
                 tally.count(records)
-        unwritten.clear()
         self._emit(tally.progress(run_id))
 
     def _run_one(self, run_id: str, case: Case, repetition: int, run_case: CaseFunction) -> CaseRecords:
