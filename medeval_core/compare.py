@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel
 
+from medeval_core.memory import gc_paused
 from medeval_core.metrics.stats import bootstrap_mean_ci, mcnemar_exact, wilson_intervals
 from medeval_core.records import CaseResult, CaseStatus
-from medeval_core.store import gc_paused
 
 if TYPE_CHECKING:
     from medeval_core.store import Store

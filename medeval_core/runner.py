@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medeval_core.benchmark import CaseContext
+from medeval_core.memory import gc_paused
 from medeval_core.records import (
     Case,
     CaseOutcome,
@@ -34,7 +35,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.settings import Settings
-from medeval_core.store import Store, gc_paused
+from medeval_core.store import Store
 
 CaseFunction = Callable[[Case, CaseContext], CaseOutcome]
 """Runs one case for one repetition. Raising marks the case failed; it never stops the run."""

@@ -8,7 +8,6 @@ its rows; ``upgrade(url)`` does the same without opening one.
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 import uuid
@@ -24,6 +23,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
 from medeval_core.errors import DuplicateResultError, StoreError
+from medeval_core.memory import gc_paused
 from medeval_core.records import (
     Annotation,
     CaseRecords,
@@ -495,19 +495,6 @@ def _result_columns(table: Any) -> list[Any]:
     # JSON columns come back as text (CAST works on SQLite and PostgreSQL) and are decoded together below.
     return [cast(table.c[name], Text).label(name) if name in _JSON_FIELDS else table.c[name]
             for name in _RESULT_FIELDS]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small objects that hold no cycles (it would scan
-    them again and again as they are made: a third of the time at 100,000 results)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _decode_json(texts: Sequence[str | None]) -> list[Any]:
