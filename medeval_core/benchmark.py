@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -196,6 +197,62 @@ class Benchmark(ABC, Generic[P, C, O]):
 
     def parse_output(self, raw: Mapping[str, Any]) -> O:
         return self.Output.model_validate(raw)
+
+
+class ModelRoles:
+    """The models a run binds to its roles, each built on first use and shared by every case of the run (building
+    a backend can mean loading a checkpoint; a finished run resumed or summarised never loads one)."""
+
+    def __init__(self, factories: Mapping[str, Callable[[], Any]] | None = None) -> None:
+        self._factories = dict(factories or {})
+        self._built: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, role: str) -> Any:
+        with self._lock:
+            if role not in self._built:
+                if role not in self._factories:
+                    known = ", ".join(sorted(self._factories)) or "none"
+                    raise KeyError(f"This run binds no model to the role {role!r} (roles: {known}).")
+                self._built[role] = self._factories[role]()
+            return self._built[role]
+
+    def built(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._built)
+
+
+class RecordingContext(CaseContext):
+    """A context that keeps what a case records in memory: the batch runner writes it with the case result; an
+    offline trial of an agent just reads it."""
+
+    def __init__(self, run_id: str, case_id: str, repetition: int, settings: Settings, models: ModelRoles) -> None:
+        self.run_id = run_id
+        self.case_id = case_id
+        self.repetition = repetition
+        self.settings = settings
+        self._models = models
+        self.turns: list[Turn] = []
+        self.judgements: list[Judgement] = []
+        self.model_calls: list[ModelCall] = []
+
+    def record_turn(self, actor: str, action: str, payload: Mapping[str, Any] | None = None,
+                    cost: float = 0.0) -> Turn:
+        turn = Turn(run_id=self.run_id, case_id=self.case_id, repetition=self.repetition, index=len(self.turns),
+                    actor=actor, action=action, payload=dict(payload or {}), cost=cost)
+        self.turns.append(turn)
+        return turn
+
+    def record_judgement(self, judgement: Judgement) -> None:
+        self.judgements.append(judgement.model_copy(
+            update={"run_id": self.run_id, "case_id": self.case_id, "repetition": self.repetition}))
+
+    def record_model_call(self, call: ModelCall) -> None:
+        self.model_calls.append(call.model_copy(
+            update={"run_id": self.run_id, "case_id": self.case_id, "repetition": self.repetition}))
+
+    def model(self, role: str) -> Any:
+        return self._models.get(role)
 
 
 def messages_sha256(messages: Any) -> str:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
-from medeval_core.benchmark import CaseContext
+from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
 from medeval_core.memory import gc_paused
 from medeval_core.records import (
     Case,
@@ -28,10 +27,7 @@ from medeval_core.records import (
     CaseRecords,
     CaseResult,
     CaseStatus,
-    Judgement,
-    ModelCall,
     RunStatus,
-    Turn,
     utc_now,
 )
 from medeval_core.settings import Settings
@@ -63,61 +59,6 @@ class RunReport(BaseModel):
 
 
 ProgressCallback = Callable[[Progress], None]
-
-
-class ModelRoles:
-    """The models a run binds to its roles, each built on first use and shared by every case of the run (building
-    a backend can mean loading a checkpoint; a finished run resumed or summarised never loads one)."""
-
-    def __init__(self, factories: Mapping[str, Callable[[], Any]] | None = None) -> None:
-        self._factories = dict(factories or {})
-        self._built: dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, role: str) -> Any:
-        with self._lock:
-            if role not in self._built:
-                if role not in self._factories:
-                    known = ", ".join(sorted(self._factories)) or "none"
-                    raise KeyError(f"This run binds no model to the role {role!r} (roles: {known}).")
-                self._built[role] = self._factories[role]()
-            return self._built[role]
-
-    def built(self) -> dict[str, Any]:
-        with self._lock:
-            return dict(self._built)
-
-
-class BufferedCaseContext(CaseContext):
-    """The batch runner's context: records stay in memory and are written with the case result."""
-
-    def __init__(self, run_id: str, case_id: str, repetition: int, settings: Settings, models: ModelRoles) -> None:
-        self.run_id = run_id
-        self.case_id = case_id
-        self.repetition = repetition
-        self.settings = settings
-        self._models = models
-        self.turns: list[Turn] = []
-        self.judgements: list[Judgement] = []
-        self.model_calls: list[ModelCall] = []
-
-    def record_turn(self, actor: str, action: str, payload: Mapping[str, Any] | None = None,
-                    cost: float = 0.0) -> Turn:
-        turn = Turn(run_id=self.run_id, case_id=self.case_id, repetition=self.repetition, index=len(self.turns),
-                    actor=actor, action=action, payload=dict(payload or {}), cost=cost)
-        self.turns.append(turn)
-        return turn
-
-    def record_judgement(self, judgement: Judgement) -> None:
-        self.judgements.append(judgement.model_copy(
-            update={"run_id": self.run_id, "case_id": self.case_id, "repetition": self.repetition}))
-
-    def record_model_call(self, call: ModelCall) -> None:
-        self.model_calls.append(call.model_copy(
-            update={"run_id": self.run_id, "case_id": self.case_id, "repetition": self.repetition}))
-
-    def model(self, role: str) -> Any:
-        return self._models.get(role)
 
 
 @dataclass
@@ -298,7 +239,7 @@ class BatchRunner:
 
     def _run_one(self, run_id: str, case: Case, repetition: int, run_case: CaseFunction) -> CaseRecords:
         started = utc_now()
-        ctx = BufferedCaseContext(run_id, case.case_id, repetition, self.settings, self.models)
+        ctx = RecordingContext(run_id, case.case_id, repetition, self.settings, self.models)
         try:
             outcome = run_case(case, ctx)
         except Exception as exc:  # noqa: BLE001 - any case error is data to record, not a reason to stop the run

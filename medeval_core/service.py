@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medeval_core import registry
-from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, RunSummary, Scorer, Solver
+from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, ModelRoles, RunSummary, Scorer, Solver
 from medeval_core.records import (
     Case,
     CaseOutcome,
@@ -30,7 +30,7 @@ from medeval_core.records import (
     RunKind,
     RunStatus,
 )
-from medeval_core.runner import BatchRunner, ModelRoles, ProgressCallback, RunReport
+from medeval_core.runner import BatchRunner, ProgressCallback, RunReport
 from medeval_core.settings import Settings, runtime_versions
 from medeval_core.store import Store, StoreError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from medeval_core.benchmark import CaseContext
+from medeval_core.benchmark import CaseContext, ModelRoles
 from medeval_core.records import (
     CaseOutcome,
     CaseRecords,
@@ -28,7 +28,6 @@ from medeval_core.records import (
     Turn,
     utc_now,
 )
-from medeval_core.runner import ModelRoles
 from medeval_core.service import new_run_config
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError

@@ -23,13 +23,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from medeval_core.benchmark import CaseContext
+from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, Language, root_of
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer, PatientSimulator
 from medeval_core.interaction import Episode, EpisodeError, Limits, Step
 from medeval_core.metrics import ddxplus as ddx_metrics
-from medeval_core.records import Judgement, ModelCall, Turn
 
 __all__ = [
     "MAX_QUESTIONS", "Ask", "Consultation", "DDXPlusOutput", "Diagnose", "EpisodeError", "Intake",
@@ -295,30 +294,8 @@ def consult(agent: DDXPlusAgent, kb: KnowledgeBase, patient: DDXPlusPatient, ctx
     return consultation
 
 
-class OfflineContext(CaseContext):
-    """A context that keeps turns and model calls in memory (trying an agent without a store)."""
+class OfflineContext(RecordingContext):
+    """A context that keeps turns and model calls in memory and binds no model (trying an agent without a store)."""
 
     def __init__(self, case_id: str = "", run_id: str = "offline", settings: Any = None) -> None:
-        self.run_id = run_id
-        self.case_id = case_id
-        self.repetition = 0
-        self.settings = settings
-        self.turns: list[Turn] = []
-        self.judgements: list[Judgement] = []
-        self.model_calls: list[ModelCall] = []
-
-    def record_turn(self, actor: str, action: str, payload: Mapping[str, Any] | None = None,
-                    cost: float = 0.0) -> Turn:
-        turn = Turn(run_id=self.run_id, case_id=self.case_id, index=len(self.turns), actor=actor, action=action,
-                    payload=dict(payload or {}), cost=cost)
-        self.turns.append(turn)
-        return turn
-
-    def record_judgement(self, judgement: Judgement) -> None:
-        self.judgements.append(judgement)
-
-    def record_model_call(self, call: ModelCall) -> None:
-        self.model_calls.append(call)
-
-    def model(self, role: str) -> Any:
-        raise KeyError(f"An offline context binds no model to the role {role!r}.")
+        super().__init__(run_id, case_id, 0, settings, ModelRoles())
