@@ -22,7 +22,7 @@ import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,8 +95,12 @@ class Scorer(Protocol[C_contra, O_contra]):
     def __call__(self, case: C_contra, output: O_contra, ctx: CaseContext, /) -> dict[str, Score]: ...
 
 
+MetricUnit = Literal["proportion", "percent", "count", "number"]
+
+
 class Metric(BaseModel):
-    """A headline figure: its value, 95 % interval, n, and which denominator n is."""
+    """A headline figure: its value, 95 % interval, n, which denominator n is, and its unit (a proportion in
+    [0, 1] is shown as a percentage; ``percent`` is already on 0-100, as DDXPlus reports its metrics)."""
 
     name: str
     value: float | None
@@ -104,6 +108,20 @@ class Metric(BaseModel):
     n: int
     denominator: str
     method: str = ""
+    unit: MetricUnit = "proportion"
+
+    def format(self, value: float | None) -> str:
+        """``value`` (the metric's or an interval bound) as the CLI and the pages show it."""
+        if value is None:
+            return "n/a"
+        if self.unit == "proportion":
+            return f"{100 * value:.2f}%"
+        if self.unit == "count":
+            return f"{value:.0f}"
+        return f"{value:.2f}"
+
+    def formatted_interval(self) -> str:
+        return f"{self.format(self.interval[0])} - {self.format(self.interval[1])}" if self.interval else ""
 
 
 class MetricGroup(BaseModel):

@@ -54,12 +54,6 @@ def print_json(payload: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _pct(value: float | None, percent: bool) -> str:
-    if value is None:
-        return "n/a"
-    return f"{100 * value:.2f}%" if percent else f"{value:.4f}"
-
-
 def print_summary(summary: RunSummary, report: RunReport | None = None, file: Any = None) -> None:
     """The one human-readable rendering of any benchmark's ``RunSummary``."""
     out = file or sys.stdout
@@ -67,14 +61,12 @@ def print_summary(summary: RunSummary, report: RunReport | None = None, file: An
     head = f"{report.run_id}: {report.status}; " if report is not None else ""
     print(f"{head}{summary.title or summary.benchmark}: expected {counts.expected}, done {counts.done}, "
           f"failed {counts.failed}, pending {counts.pending}", file=out)
-    percent = summary.extras.get("percent_metrics", True)
     for metric in summary.headline:
-        interval = (f"  95% CI {_pct(metric.interval[0], percent)}-{_pct(metric.interval[1], percent)}"
-                    if metric.interval else "")
-        print(f"  {metric.name:<20} {_pct(metric.value, percent):>10}{interval}  (n={metric.n}, "
+        interval = f"  95% CI {metric.formatted_interval()}" if metric.interval else ""
+        print(f"  {metric.name:<20} {metric.format(metric.value):>10}{interval}  (n={metric.n}, "
               f"{metric.denominator})", file=out)
     for group in summary.groups:
-        figures = ", ".join(f"{m.name} {_pct(m.value, percent)} (n={m.n})" for m in group.metrics)
+        figures = ", ".join(f"{m.name} {m.format(m.value)} (n={m.n})" for m in group.metrics)
         print(f"  [{group.dimension}] {group.label}: {figures}", file=out)
     if summary.reference:
         print("Reference rows:", file=out)

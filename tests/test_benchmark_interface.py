@@ -162,3 +162,13 @@ def test_two_executions_of_one_run_at_once_store_each_case_once(toy: None, isola
     results = store.results("twice")
     assert len(results) == 300 and all(r.ok for r in results)
     assert len({r.case_id for r in results}) == 300
+
+
+def test_metrics_are_shown_in_their_own_unit() -> None:
+    from medeval_core.benchmark import Metric
+
+    share = Metric(name="accuracy", value=0.5, interval=(0.25, 0.75), n=8, denominator="judged cases")
+    assert (share.format(share.value), share.formatted_interval()) == ("50.00%", "25.00% - 75.00%")
+    assert Metric(name="DDF1", value=80.63, n=3, denominator="planned", unit="percent").format(80.63) == "80.63"
+    assert Metric(name="responses", value=40.0, n=40, denominator="expected", unit="count").format(40.0) == "40"
+    assert share.format(None) == "n/a"

@@ -152,6 +152,7 @@ def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting
     assert "Summary" in [s.value for s in app.subheader]
     headline = app.table[0].value
     assert headline.loc["scored", "denominator"] == "expected cases"
+    assert headline.loc["scored", "value"] == "4"  # a count, not a percentage
 
 
 def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolated_store: str,

@@ -12,23 +12,14 @@ from medeval_core.plots import metric_intervals
 from medeval_core.records import CaseStatus
 
 
-def percent(value: float | None, as_percent: bool) -> str:
-    if value is None:
-        return "n/a"
-    return f"{100 * value:.2f}%" if as_percent else f"{value:.4f}"
-
-
 def show_summary(summary: RunSummary) -> None:
     """Any benchmark's RunSummary, one code path: counts, headline metrics, groups, reference rows, notes."""
-    as_percent = summary.extras.get("percent_metrics", True)
     counts = summary.counts
     st.caption(f"{summary.title or summary.benchmark}: expected {counts.expected}, done {counts.done}, "
                f"failed {counts.failed}, pending {counts.pending}")
     if summary.headline:
         st.table(pd.DataFrame([
-            {"metric": m.name, "value": percent(m.value, as_percent),
-             "95% interval": (f"{percent(m.interval[0], as_percent)} - {percent(m.interval[1], as_percent)}"
-                              if m.interval else ""),
+            {"metric": m.name, "value": m.format(m.value), "95% interval": m.formatted_interval(),
              "n": m.n, "denominator": m.denominator}
             for m in summary.headline
         ]).set_index("metric"))

@@ -105,7 +105,8 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
                   results: Sequence[CaseResult]) -> RunSummary:
         counts = RunCounts.of(len(cases) * params.repetitions, results)
         scored = [r for r in results if r.ok]
-        headline = [Metric(name="scored", value=float(len(scored)), n=counts.expected, denominator="expected cases")]
+        headline = [Metric(name="scored", value=float(len(scored)), n=counts.expected, denominator="expected cases",
+                           unit="count")]
         if scored and "even" in scored[0].metrics:
             even = sum(bool(r.metrics["even"]) for r in scored)
             headline.append(Metric(name="even", value=even / len(scored), n=len(scored), denominator="scored cases"))

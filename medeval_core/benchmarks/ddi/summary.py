@@ -85,10 +85,10 @@ def summarize_run(params: DdiParams, cases: Sequence[DdiCase], results: Sequence
         return RunSummary(
             benchmark="ddi", title=f"{TITLE} ({params.mode}): responses", counts=counts,
             headline=[Metric(name="responses", value=float(counts.done), n=counts.expected,
-                             denominator="expected cases")],
+                             denominator="expected cases", unit="count")],
             extras={"stage": params.root.stage, "mode": params.mode, "expected": counts.expected,
                     "responses": counts.done, "failed": counts.failed, "pending": counts.pending,
-                    "backend": backend, "percent_metrics": False},
+                    "backend": backend},
         )
     provenance = next((_provenance(r) for r in results if r.ok), {})
     scorer = ({"judge": provenance["judge"], "judge_model": provenance.get("judge_model")} if "judge" in provenance

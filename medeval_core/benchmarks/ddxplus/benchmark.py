@@ -48,7 +48,7 @@ from medeval_core.benchmarks.ddxplus.kb import (
 )
 from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
-from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, score
+from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
 from medeval_core.metrics.ddxplus import METRIC_KEYS
 from medeval_core.records import CaseResult, CaseStatus
 from medeval_core.settings import Settings
@@ -319,7 +319,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         report = score(patients, everyone.build())
         counts = RunCounts.of(len(patients) * params.repetitions, list(results))
         headline = [Metric(name=key, value=report.metrics[key], n=len(patients), denominator=PLANNED,
-                           method="mean of per-patient values") for key in METRIC_KEYS]
+                           method="mean of per-patient values", unit=metric_unit(key)) for key in METRIC_KEYS]
         completed: dict[str, float] | None = None
         if len(finished) == len(patients) and len({p for p, _ in finished}) == len(patients):
             completed = dict(report.metrics)  # every planned patient finished once: the same set
@@ -333,10 +333,11 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
             completed = score(subset, builder.build()).metrics
         if completed is not None:
             headline += [Metric(name=f"{key} (completed)", value=completed[key], n=len(finished),
-                                denominator=COMPLETED, method="mean of per-patient values") for key in METRIC_KEYS]
+                                denominator=COMPLETED, method="mean of per-patient values", unit=metric_unit(key))
+                         for key in METRIC_KEYS]
         groups = [MetricGroup(dimension="pathology", label=label,
-                              metrics=[Metric(name=key, value=values[key], n=int(values["n"]), denominator=PLANNED)
-                                       for key in METRIC_KEYS])
+                              metrics=[Metric(name=key, value=values[key], n=int(values["n"]), denominator=PLANNED,
+                                                      unit=metric_unit(key)) for key in METRIC_KEYS])
                   for label, values in report.per_pathology.items()]
         notes = [] if params.reads_kb else ["The agent did not read the KB's condition lists."]
         if patients.report.n_skipped:
@@ -351,7 +352,6 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
             "metrics": report.metrics,
             "per_pathology": report.per_pathology,
             "reference": REFERENCE_ROWS,
-            "percent_metrics": False,
         }
         if completed is not None:
             extras["metrics_completed"] = completed

@@ -39,10 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from medeval_core.benchmark import MetricUnit
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, parse_numbers, shape_table, shapes, spans
 from medeval_core.files import text_blocks
 from medeval_core.metrics import ddxplus as ddx_metrics
+
+
+def metric_unit(key: str) -> MetricUnit:
+    """DDXPlus reports its metrics as percentages (0-100), and IL in turns."""
+    return "number" if key == "IL" else "percent"
+
 
 REFERENCE_ROWS = {
     # Published test-set figures (134,529 patients), design.md §3.2.

@@ -36,6 +36,7 @@ from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, Suggestion
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
+from medeval_core.benchmarks.ddxplus.scoring import metric_unit
 from medeval_core.interaction import Episode
 from medeval_core.metrics.ddxplus import METRIC_KEYS, THRESHOLD
 from medeval_core.records import CaseOutcome, CaseResult, Turn
@@ -199,10 +200,9 @@ def submit(store: Store, walk: Walkthrough, differential: dict[str, float]) -> C
     summary = RunSummary(
         benchmark=BENCHMARK, title=f"{SPEC.title} walkthrough", counts=RunCounts(expected=1, done=1, failed=0,
                                                                                   pending=0),
-        headline=[Metric(name=key, value=verdict.metrics[key], n=1, denominator="this walkthrough")
-                  for key in METRIC_KEYS],
-        extras={"metrics": verdict.metrics, "pathology": walk.patient.pathology, "agent": ACTOR, "reads_kb": False,
-                "percent_metrics": False},
+        headline=[Metric(name=key, value=verdict.metrics[key], n=1, denominator="this walkthrough",
+                         unit=metric_unit(key)) for key in METRIC_KEYS],
+        extras={"metrics": verdict.metrics, "pathology": walk.patient.pathology, "agent": ACTOR, "reads_kb": False},
     )
     try:
         result = walk.session.finish(outcome, summary=summary.model_dump(mode="json"))
