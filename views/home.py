@@ -45,7 +45,8 @@ st.header("Model backends")
 st.table(
     pd.DataFrame([b.model_dump() for b in backends_status(settings)])
     .set_index("role")
-    .rename(columns={"backend": "Backend", "model": "Model", "base_url": "Endpoint", "configured": "Configured",
+    .rename(columns={"used_by": "Used by", "backend": "Backend", "model": "Model", "base_url": "Endpoint",
+                     "configured": "Configured",
                      "api_key_env": "API key variable", "api_key_set": "Key set", "hint": "How to configure"})
     .rename_axis("Role")
 )
