@@ -10,8 +10,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from medeval_core import registry, service
 from medeval_core.benchmark import BenchmarkError
@@ -72,8 +74,8 @@ def test_resume_keeps_the_stored_workers(toy: None, isolated_store: str, monkeyp
     seen: list[int] = []
     original = BatchRunner.__init__
 
-    def spy(self: BatchRunner, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
+    def spy(self: BatchRunner, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
         seen.append(self.workers)
 
     monkeypatch.setattr(BatchRunner, "__init__", spy)
@@ -135,9 +137,8 @@ def test_sigkill_during_group_commits_then_resume_gives_exactly_one_result_and_i
     process.wait()
     stored = store.result_counts("fast").get("ok", 0)
     assert 500 <= stored < n_cases, "the kill must land mid-run"
-    with store.session() as session:
-        turns = session.exec(  # type: ignore[call-overload]
-            __import__("sqlalchemy").text("select count(*) from turns where run_id = 'fast'")).one()[0]
+    with store.engine.connect() as connection:
+        turns = connection.execute(text("select count(*) from turns where run_id = 'fast'")).scalar_one()
     assert turns == stored, "a case's turns are committed with its result, never apart"
 
     subprocess.run(command, cwd=REPO, env=env, check=True, timeout=180)
