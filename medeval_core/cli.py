@@ -123,7 +123,7 @@ class BenchmarkCli:
         from medeval_core import service
 
         return service.launch(self.name, self.run_params(args, settings), settings, store, run_id=args.run_id,
-                              label=args.label, workers=args.workers, on_progress=on_progress)
+                              label=args.label, workers=args.workers, on_progress=on_progress, freeze_inputs=True)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return {"run": report.model_dump(mode="json"), "summary": summary.model_dump(mode="json")}

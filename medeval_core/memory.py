@@ -18,3 +18,21 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@contextmanager
+def long_lived(freeze: bool = False) -> Iterator[None]:
+    """Pause the collector while a run's inputs are built (the KB, the patients, the cases: many objects that live
+    as long as the run). With ``freeze``, everything alive at the end is moved out of the collector's reach
+    (``gc.freeze``), so the run's collections never scan those objects again (a third of a second at 134,529
+    DDXPlus cases, once at the first collection and again at every later full one). Only for a process that does
+    one job and exits (the command line): a garbage cycle alive at that moment is never freed."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if enabled:
+            gc.enable()

@@ -11,15 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medeval_core import registry
 from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, ModelRoles, RunSummary, Scorer, Solver
+from medeval_core.memory import long_lived
 from medeval_core.records import (
     Case,
     CaseOutcome,
@@ -37,6 +39,8 @@ from medeval_core.store import Store, StoreError
 # Workers change how fast a run goes, never what it computes: a resume may choose another number.
 RUNTIME_ONLY_PARAMS = frozenset({"workers"})
 
+T = TypeVar("T")
+
 
 class ScoreParams(BaseModel):
     """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
@@ -49,12 +53,15 @@ class ScoreParams(BaseModel):
 
 
 def file_fingerprint(path: str | Path) -> InputFile:
+    """The sha256 and size of the file's bytes. Read in large blocks into one buffer: hashing on a helper thread
+    (``_fingerprints_while``) then takes the GIL back only a few times per file."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-            size += len(block)
+    buffer = memoryview(bytearray(1 << 24))
+    with open(path, "rb", buffering=0) as handle:
+        while read := handle.readinto(buffer):
+            digest.update(buffer[:read])
+            size += read
     return InputFile(path=str(path), sha256=digest.hexdigest(), bytes=size)
 
 
@@ -63,6 +70,29 @@ def _fingerprints(files: Mapping[str, str]) -> dict[str, InputFile]:
         return {name: file_fingerprint(path) for name, path in files.items()}
     except OSError as exc:
         raise BenchmarkError(f"Cannot read the input file {exc.filename}: {exc.strerror}.") from None
+
+
+def _fingerprints_while(files: Mapping[str, str], build: Callable[[], T],
+                        check: Callable[[dict[str, InputFile]], None] | None = None) -> tuple[dict[str, InputFile], T]:
+    """The files' fingerprints, hashed on a helper thread while ``build`` (loading the cases) runs here: hashlib
+    lets go of the GIL on large blocks, so the hashing costs the loading nothing. What is stored and compared is
+    still the sha256 of each file's bytes as read. ``check`` (a resume's: the inputs have not changed) is applied
+    to them. A file that cannot be read, or that ``check`` refuses, fails so before any error of ``build`` (a
+    rewritten file is reported as changed, not as whatever its new contents fail on)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fingerprints") as pool:
+        hashing = pool.submit(_fingerprints, files)
+        try:
+            built = build()
+        except BaseException:
+            if check is not None:
+                check(hashing.result())
+            else:
+                hashing.result()
+            raise
+        current = hashing.result()
+    if check is not None:
+        check(current)
+    return current, built
 
 
 def _check_inputs(config: RunConfig, current: Mapping[str, InputFile], run_id: str) -> None:
@@ -148,8 +178,11 @@ def launch(
     label: str = "",
     workers: int | None = None,
     on_progress: ProgressCallback | None = None,
+    freeze_inputs: bool = False,
 ) -> RunReport:
-    """Start a batch run, or continue ``run_id`` when it exists with the same parameters."""
+    """Start a batch run, or continue ``run_id`` when it exists with the same parameters. ``freeze_inputs``:
+    the process does this one run and exits (the command line), so the loaded inputs and cases are moved out of
+    the garbage collector's reach (``memory.long_lived``)."""
     benchmark = registry.benchmark(benchmark_name)
     raw = params.model_dump(mode="json") if isinstance(params, BaseModel) else dict(params)
     try:
@@ -159,32 +192,46 @@ def launch(
     requested = typed.model_dump(mode="json")
     stored = _stored_config(store, run_id, benchmark_name, RunKind.BATCH, requested) if run_id else None
     if stored is not None:
-        return _continue(benchmark, stored, run_id or "", settings, store, workers, on_progress)
-    inputs = _fingerprints(benchmark.input_files(typed))
-    config = new_run_config(benchmark_name, settings, typed, label=label, inputs=inputs)
-    cases = benchmark.cases(typed, settings)
-    row = store.create_run(config, run_id=run_id, expected_cases=len(cases) * config.repetitions)
-    return _execute(benchmark, typed, cases, row.id, settings, store, workers, on_progress)
+        return _continue(benchmark, stored, run_id or "", settings, store, workers, on_progress, freeze_inputs)
+    with long_lived(freeze_inputs):
+        inputs, cases = _fingerprints_while(benchmark.input_files(typed), lambda: benchmark.cases(typed, settings))
+        config = new_run_config(benchmark_name, settings, typed, label=label, inputs=inputs)
+        row = store.create_run(config, run_id=run_id, expected_cases=len(cases) * config.repetitions)
+        runner, run_case, repetitions = _prepare(benchmark, typed, cases, row.id, settings, store, workers,
+                                                 on_progress)
+    return _execute(runner, row.id, cases, run_case, repetitions, settings, store)
 
 
 def _continue(benchmark: Benchmark[Any, Any, Any], config: RunConfig, run_id: str, settings: Settings,
-              store: Store, workers: int | None, on_progress: ProgressCallback | None) -> RunReport:
+              store: Store, workers: int | None, on_progress: ProgressCallback | None,
+              freeze_inputs: bool = False) -> RunReport:
     typed = benchmark.parse_params(config.params)
-    _check_inputs(config, _fingerprints(benchmark.input_files(typed)), run_id)
-    cases = benchmark.cases(typed, settings)
-    return _execute(benchmark, typed, cases, run_id, settings, store, workers, on_progress)
+    with long_lived(freeze_inputs):
+        _, cases = _fingerprints_while(benchmark.input_files(typed), lambda: benchmark.cases(typed, settings),
+                                       lambda current: _check_inputs(config, current, run_id))
+        runner, run_case, repetitions = _prepare(benchmark, typed, cases, run_id, settings, store, workers,
+                                                 on_progress)
+    return _execute(runner, run_id, cases, run_case, repetitions, settings, store)
 
 
-def _execute(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case], run_id: str,
+def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case], run_id: str,
              settings: Settings, store: Store, workers: int | None,
-             on_progress: ProgressCallback | None) -> RunReport:
+             on_progress: ProgressCallback | None) -> tuple[BatchRunner, Any, int]:
+    """The runner, the per-case function and the repetitions of a run (the solver sees the cases still to do)."""
     repetitions = int(getattr(params, "repetitions", 1))
     finished = store.finished_keys(run_id)
-    todo = [case for case in cases if any((case.case_id, rep) not in finished for rep in range(repetitions))]
+    todo: Sequence[Case] = (list(cases) if not finished else
+                            [case for case in cases
+                             if any((case.case_id, rep) not in finished for rep in range(repetitions))])
     solver = benchmark.solver(params, settings, todo)
     run_case = _case_function(solver, benchmark.scorers(params, settings))
     runner = BatchRunner(store, settings, workers=workers or int(getattr(params, "workers", 1)),
                          models=ModelRoles(benchmark.models(params, settings)), on_progress=on_progress)
+    return runner, run_case, repetitions
+
+
+def _execute(runner: BatchRunner, run_id: str, cases: Sequence[Case], run_case: Any, repetitions: int,
+             settings: Settings, store: Store) -> RunReport:
     report = runner.execute(run_id, cases, run_case, repetitions)
     refresh_summary(store, run_id, settings)
     return report
@@ -246,8 +293,9 @@ def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, cas
 
 
 def resume(run_id: str, settings: Settings, store: Store, workers: int | None = None,
-           on_progress: ProgressCallback | None = None) -> RunReport:
-    """Continue a stored run exactly as it was configured (its stored workers unless ``workers`` is given)."""
+           on_progress: ProgressCallback | None = None, freeze_inputs: bool = False) -> RunReport:
+    """Continue a stored run exactly as it was configured (its stored workers unless ``workers`` is given);
+    ``freeze_inputs`` as for ``launch``."""
     config = RunConfig.model_validate(store.get_run(run_id).config)
     if config.kind == RunKind.SESSION:
         raise BenchmarkError(f"Run {run_id} is an interactive session; continue it from its page.")
@@ -257,7 +305,7 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
             raise BenchmarkError(f"Score run {run_id} does not name the run it scores.")
         return score_run(config.source_run_id, ScoreParams.model_validate(config.params), settings, store,
                          run_id=run_id, workers=workers, on_progress=on_progress)
-    return _continue(benchmark, config, run_id, settings, store, workers, on_progress)
+    return _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs)
 
 
 def resume_in_background(run_id: str, settings: Settings, store: Store,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import subprocess
 import sys
@@ -219,6 +220,20 @@ def test_resume_after_the_patients_file_was_rewritten_is_refused(small_sets):
     test_csv.write_text("".join([lines[0], *reversed(lines[1:])]), encoding="utf-8")
     with pytest.raises(BenchmarkError, match="has changed since"):
         service.resume("rewritten", settings, current_store())
+
+
+def test_resume_after_the_patients_file_became_unreadable_as_patients_is_refused_as_changed(small_sets):
+    # The inputs are hashed on a thread while the cases load: a file whose new contents fail to load is still
+    # reported as changed, and the hashes stored at launch are those of the files' bytes.
+    test_csv, train_csv = small_sets
+    settings = current_settings()
+    params = build_params(settings, test_csv, "kb-bayes", train=train_csv, limit=3)
+    service.launch("ddxplus", params, settings, current_store(), run_id="garbled")
+    config = RunConfig.model_validate(current_store().get_run("garbled").config)
+    assert config.inputs["patients"].sha256 == hashlib.sha256(test_csv.read_bytes()).hexdigest()
+    test_csv.write_text("AGE,DIFFERENTIAL_DIAGNOSIS,SEX,PATHOLOGY,EVIDENCES,INITIAL_EVIDENCE\n", encoding="utf-8")
+    with pytest.raises(BenchmarkError, match="has changed since"):
+        service.resume("garbled", settings, current_store())
 
 
 def test_resume_keeps_the_stored_workers(small_sets, monkeypatch):

@@ -146,7 +146,7 @@ def _resume(args: argparse.Namespace) -> int:
     from medeval_core import service
 
     report = service.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
-                            on_progress=None if args.json else ThrottledProgress())
+                            on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True)
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:

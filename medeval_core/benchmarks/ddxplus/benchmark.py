@@ -92,11 +92,15 @@ class _Cache:
                 self._items.move_to_end(key)
                 return self._items[key]
         value = build()
+        self.put(key, value)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
         with self._lock:
             self._items[key] = value
+            self._items.move_to_end(key)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
-        return value
 
 
 def _state(path: str | Path) -> tuple[str, int, int]:
@@ -189,24 +193,32 @@ def build_params(settings: Settings, patients: str | Path, agent: str, train: st
         raise BenchmarkError(f"{train} does not exist; give the path of a DDXPlus training patients file.")
     kb_dir = Path(kb) if kb is not None else default_kb_dir(settings.data_dir)
     given = dict(agent_params or {})
-    built = _agent_for(agent, str(kb_dir.resolve()), str(Path(train).resolve()) if train else None, settings, given)
+    kb_path, train_path = str(kb_dir.resolve()), str(Path(train).resolve()) if train else None
+    built = _agent_for(agent, kb_path, train_path, settings, given)
+    described = agent_params_of(built, given)
+    # The run asks for its agent by the params it stores (the agent's full settings): the same instance.
+    _agents.put(_agent_key(agent, kb_path, train_path, settings, described), built)
     extra = {key: value for key, value in (("workers", workers), ("repetitions", repetitions)) if value is not None}
     return DDXPlusParams(
         patients=str(Path(patients).resolve()), train=str(Path(train).resolve()) if train is not None else None,
-        kb=str(kb_dir.resolve()), agent=agent, limit=limit, agent_params=agent_params_of(built, given),
+        kb=kb_path, agent=agent, limit=limit, agent_params=described,
         reads_kb=bool(getattr(built, "reads_kb", True)), **extra,
     )
 
 
 def _agent_for(name: str, kb_dir: str, train: str | None, settings: Settings,
                params: Mapping[str, Any]) -> DDXPlusAgent:
-    import json
-
     kb = kb_at(kb_dir)
     train_set = patients_at(train, kb) if train else None
-    key = (name, id(kb), _state(train) if train else None, json.dumps(dict(params), sort_keys=True, default=str),
-           settings.settings_hash())
-    return _agents.get(key, lambda: build_agent(name, kb, train_set, settings, params))
+    return _agents.get(_agent_key(name, kb_dir, train, settings, params),
+                       lambda: build_agent(name, kb, train_set, settings, params))
+
+
+def _agent_key(name: str, kb_dir: str, train: str | None, settings: Settings, params: Mapping[str, Any]) -> Any:
+    import json
+
+    return (name, id(kb_at(kb_dir)), _state(train) if train else None,
+            json.dumps(dict(params), sort_keys=True, default=str), settings.settings_hash())
 
 
 class _PlannedCases(Sequence[DDXPlusPatient]):
