@@ -27,12 +27,9 @@ def long_lived(freeze: bool = False) -> Iterator[None]:
     (``gc.freeze``), so the run's collections never scan those objects again (a third of a second at 134,529
     DDXPlus cases, once at the first collection and again at every later full one). Only for a process that does
     one job and exits (the command line): a garbage cycle alive at that moment is never freed."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if freeze:
-            gc.freeze()
-        if enabled:
-            gc.enable()
+    with gc_paused():
+        try:
+            yield
+        finally:
+            if freeze:
+                gc.freeze()

@@ -266,13 +266,13 @@ def score_run(
         config = config.model_copy(update={"repetitions": source.repetitions})
         cases = benchmark.cases(source_params, settings)
         score_run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
-    return _execute_score(benchmark, params, cases, source_run_id, score_run_id, source.repetitions, settings,
-                          store, workers, on_progress)
+    return _execute_score(benchmark, params, source_params, cases, source_run_id, score_run_id,
+                          source.repetitions, settings, store, workers, on_progress)
 
 
-def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, cases: Sequence[Case],
-                   source_run_id: str, run_id: str, repetitions: int, settings: Settings, store: Store,
-                   workers: int | None, on_progress: ProgressCallback | None) -> RunReport:
+def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, source_params: BaseModel,
+                   cases: Sequence[Case], source_run_id: str, run_id: str, repetitions: int, settings: Settings,
+                   store: Store, workers: int | None, on_progress: ProgressCallback | None) -> RunReport:
     scorer = benchmark.scorer(params.scorer, params.options, settings)
     outputs = {(r.case_id, r.repetition): r.output for r in store.results(source_run_id, CaseStatus.OK)}
 
@@ -284,12 +284,8 @@ def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, cas
         return _scored(case, benchmark.parse_output(raw), ctx, [scorer])
 
     runner = BatchRunner(store, settings, workers=workers or params.workers,
-                         models=ModelRoles(benchmark.models(benchmark.parse_params(
-                             RunConfig.model_validate(store.get_run(source_run_id).config).params), settings)),
-                         on_progress=on_progress)
-    report = runner.execute(run_id, cases, run_case, repetitions)
-    refresh_summary(store, run_id, settings)
-    return report
+                         models=ModelRoles(benchmark.models(source_params, settings)), on_progress=on_progress)
+    return _execute(runner, run_id, cases, run_case, repetitions, settings, store)
 
 
 def resume(run_id: str, settings: Settings, store: Store, workers: int | None = None,
