@@ -162,3 +162,4 @@ class Annotation(BaseModel):
     criterion: str
     value: str
     payload: dict[str, Any] = Field(default_factory=dict)
+    supersedes_id: int | None = None

@@ -144,6 +144,8 @@ class AnnotationRow(SQLModel, table=True):
     criterion: str
     value: str
     payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    supersedes_id: int | None = None
+    """The row this answer replaces (an edit); the newest row of an annotator, item and criterion is current."""
     created_at: datetime = Field(default_factory=utc_now)
 
 
@@ -539,6 +541,9 @@ __all__ = [
     "AnnotationRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow", "RunRow", "Store",
     "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store", "redact_url", "upgrade",
 ]
+
+# The annotation tables join SQLModel's metadata here, so every Store creates and checks them.
+from medeval_core.store import annotation_tables  # noqa: E402, F401
 
 _stores: dict[str, Store] = {}
 _stores_lock = threading.Lock()
