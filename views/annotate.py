@@ -1,0 +1,160 @@
+"""Annotate: the signed-in annotator's queue, one item at a time. One click per judgement; when every criterion of
+an item is answered the next open item appears (its image already read); progress stays at the top. Everything
+shown comes from the item's blinded payload, as plain text."""
+
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+from medeval_core.annotation import answers
+from medeval_core.annotation.gate import require_annotator
+from medeval_core.annotation.tasks import COMMENT, TaskKind
+from medeval_core.context import current_store
+
+CHOICE_LABELS = {
+    TaskKind.PAIRWISE: {"left": "Response 1 is better", "tie": "Tie", "right": "Response 2 is better"},
+    TaskKind.JUDGE_REVIEW: {"agree": "Agree with the verdict", "disagree": "Disagree"},
+}
+RATING_LABELS = {
+    "truthfulness": {"0": "0 · contradicts the record", "1": "1 · partly consistent", "2": "2 · consistent"},
+    "relevance": {"0": "0 · does not answer", "1": "1 · partly answers", "2": "2 · answers the question"},
+}
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def image_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def show_case(case: dict[str, Any] | None) -> None:
+    if not case:
+        return
+    if case.get("image") and (data := image_bytes(case["image"])) is not None:
+        st.image(data, width=420)
+    for name, value in case.get("fields", {}).items():
+        st.text(f"{name}: {value}")
+
+
+def show_output(view: dict[str, Any], height: int = 420) -> None:
+    with st.container(height=height):
+        if view.get("text"):
+            st.text(view["text"])
+        for speaker, line in view.get("dialogue", []):
+            st.text(f"{speaker}: {line}")
+
+
+def choice_row(item: answers.QueueItem, criterion: str, labels: dict[str, str],
+               choose: Callable[[str, str], None]) -> None:
+    st.text(criterion.capitalize())
+    current = item.answers.get(criterion)
+    for column, (value, label) in zip(st.columns(len(labels)), labels.items(), strict=True):
+        column.button(label, key=f"choose-{item.item_id}-{criterion}-{value}", width="stretch",
+                      type="primary" if current == value else "secondary", on_click=choose, args=(criterion, value))
+
+
+store = current_store()
+me = require_annotator(store)
+st.title("Annotate")
+tasks = answers.my_tasks(store, me.name)
+if not tasks:
+    st.info("Nothing is assigned to you yet. An administrator assigns items when creating a task.")
+    st.stop()
+
+titles = {task.id: f"{task.title} ({task.done} of {task.assigned} done)" for task in tasks}
+task_id = st.selectbox("Task", list(titles), format_func=titles.__getitem__, key="annotate-task",
+                       label_visibility="collapsed" if len(tasks) == 1 else "visible")
+task = next(t for t in tasks if t.id == task_id)
+items = answers.my_items(store, me.name, task.id)
+cursor_key = f"annotate-cursor-{task.id}"
+if cursor_key not in st.session_state:
+    st.session_state[cursor_key] = answers.first_open(items)
+index = min(int(st.session_state[cursor_key]), len(items) - 1)
+item = items[index]
+done = sum(i.complete for i in items)
+st.progress(done / len(items), text=f"{done} of {len(items)} done · item {item.number} of {len(items)}")
+
+
+def go_to(position: int) -> None:
+    st.session_state[cursor_key] = max(0, min(position, len(items) - 1))
+
+
+def choose(criterion: str, value: str) -> None:
+    try:
+        answers.record_answer(store, me.name, item.item_id, criterion, value)
+    except answers.AnswerError as exc:
+        st.session_state["annotate-error"] = str(exc)
+        return
+    given = {**item.answers, criterion: value}
+    if all(c in given for c in task.criteria):
+        later = [i for i, other in enumerate(items) if not other.complete and other.item_id != item.item_id]
+        following = [i for i in later if i > index] or later
+        if following:
+            go_to(following[0])
+
+
+def save_comment() -> None:
+    answers.record_answer(store, me.name, item.item_id, COMMENT, st.session_state[f"comment-{item.item_id}"])
+
+
+if error := st.session_state.pop("annotate-error", None):
+    st.error(error)
+
+back, status, forward = st.columns([1, 3, 1])
+back.button("← Previous", disabled=index == 0, on_click=go_to, args=(index - 1,), width="stretch")
+forward.button("Next →", disabled=index >= len(items) - 1, on_click=go_to, args=(index + 1,), width="stretch")
+status.caption("Answered: your choices are saved as you click; change one by clicking another."
+               if item.complete else "Choose one option per criterion; the next item follows.")
+
+payload = item.payload
+if task.kind == TaskKind.PAIRWISE:
+    with st.expander("Case", expanded=True):
+        show_case(payload.get("case"))
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Response 1")
+        show_output(payload["left"])
+    with right:
+        st.subheader("Response 2")
+        show_output(payload["right"])
+elif task.kind == TaskKind.PATIENT_ANSWERS:
+    record, exchange = st.columns(2)
+    with record:
+        st.subheader("Case record")
+        with st.container(height=360):
+            show_case(payload.get("case"))
+    with exchange:
+        if payload.get("dialogue_before"):
+            with st.expander(f"Conversation so far ({len(payload['dialogue_before'])} lines)"):
+                for speaker, line in payload["dialogue_before"]:
+                    st.text(f"{speaker}: {line}")
+        st.subheader("Question")
+        st.text(payload.get("question") or "(the opening of the consultation)")
+        st.subheader("Simulated patient's answer")
+        st.text(payload["answer"])
+else:
+    case_column, response_column = st.columns(2)
+    with case_column:
+        st.subheader("Case and reference")
+        show_case(payload.get("case"))
+    with response_column:
+        st.subheader("Response")
+        show_output(payload["response"], height=300)
+        st.subheader("Judge's verdict")
+        for name, value in payload["verdict"].items():
+            st.text(f"{name}: {value}")
+
+for criterion in task.criteria:
+    labels = CHOICE_LABELS.get(task.kind) or RATING_LABELS.get(criterion) or {v: v for v in task.choices}
+    choice_row(item, criterion, labels, choose)
+st.text_area("Comment (optional)", value=item.answers.get(COMMENT, ""), key=f"comment-{item.item_id}",
+             on_change=save_comment, height=80)
+
+# The next open item's image is read now, so it appears at once after the last click on this one.
+upcoming = next((other for other in items[index + 1:] if not other.complete), None)
+if upcoming is not None and (upcoming_case := upcoming.payload.get("case")) and upcoming_case.get("image"):
+    image_bytes(upcoming_case["image"])
