@@ -10,18 +10,32 @@ from pathlib import Path
 
 import streamlit as st
 
-from medeval_core.catalog import pages
-from medeval_core.context import current_settings
+from medeval_core.annotation.gate import annotator_mode
+from medeval_core.catalog import ANNOTATOR_PAGES, pages
+from medeval_core.context import current_settings, current_store
 from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
 
 st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", layout="wide")
 st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
 
+
+
+def clinician_signed_in() -> bool:
+    try:
+        return annotator_mode(current_store())
+    except Exception:  # noqa: BLE001 - whatever keeps the store from opening, the sidebar's store status reports
+        return False
+
+
+# A signed-in clinician sees only the annotation queue, and no sidebar status (it names models and the store):
+# annotation is blinded.
+blinded = clinician_signed_in()
 sections: dict[str, list] = {}
-for info in pages():
+for info in ANNOTATOR_PAGES if blinded else pages():
     sections.setdefault(info.section, []).append(
-        st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path, default=info.url_path == "home")
+        st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path,
+                default=info.url_path == ("annotate" if blinded else "home"))
     )
 navigation = st.navigation(sections)
 
@@ -52,8 +66,10 @@ def show_status() -> None:
 # Drawn before the page (so it is there even when a page ends with st.stop()) and redrawn after it, so the counts
 # include what the page just saved.
 status_slot = st.sidebar.empty()
-with status_slot.container():
-    show_status()
+if not blinded:
+    with status_slot.container():
+        show_status()
 navigation.run()
-with status_slot.container():
-    show_status()
+if not blinded:
+    with status_slot.container():
+        show_status()

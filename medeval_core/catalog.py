@@ -18,7 +18,31 @@ RUNS = PageInfo(
                 "on their shared cases with paired tests.",
 )
 
-CORE_PAGES: tuple[PageInfo, ...] = (HOME, RUNS)
+ANNOTATE = PageInfo(
+    path="views/annotate.py", title="Annotate", icon=":material/rate_review:", section="Annotation",
+    url_path="annotate",
+    description="Sign in and work through your queue: blinded pairwise preferences, simulated-patient answer "
+                "ratings and judge reviews, one click per judgement.",
+)
+
+ANNOTATION_TASKS = PageInfo(
+    path="views/annotation_tasks.py", title="Annotation tasks", icon=":material/assignment:", section="Annotation",
+    url_path="annotation-tasks",
+    description="Administrators: build annotation tasks from stored runs and assign them with overlap.",
+)
+
+ANNOTATION_RESULTS = PageInfo(
+    path="views/annotation_results.py", title="Annotation results", icon=":material/fact_check:",
+    section="Annotation", url_path="annotation-results",
+    description="Administrators: win rates with Wilson intervals, agreement (Cohen's kappa, Krippendorff's alpha), "
+                "judge-versus-clinician agreement, patient-answer ratings, CSV export.",
+)
+
+ANNOTATION_PAGES: tuple[PageInfo, ...] = (ANNOTATE, ANNOTATION_TASKS, ANNOTATION_RESULTS)
+ANNOTATOR_PAGES: tuple[PageInfo, ...] = (ANNOTATE,)
+"""All a signed-in clinician (not an administrator) is shown: the other pages name runs and models."""
+
+CORE_PAGES: tuple[PageInfo, ...] = (HOME, RUNS, *ANNOTATION_PAGES)
 
 
 def pages() -> list[PageInfo]:
