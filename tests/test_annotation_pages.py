@@ -1,0 +1,163 @@
+"""The annotation pages under Streamlit's AppTest: sign-in before anything on every page, the annotator's queue with
+one click per judgement and no run or model name anywhere in what is rendered, admin-only task creation and results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from medeval_core.annotation import answers, tasks
+from medeval_core.catalog import ANNOTATION_PAGES, pages
+from medeval_core.context import current_store
+from tests.annotation_fixtures import (  # noqa: F401 - fixtures
+    PASSCODES,
+    SECRET_NAMES,
+    SeededRuns,
+    create_task,
+    seeded,
+    seeded_template,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+ANNOTATE, TASKS_PAGE, RESULTS = (str(ROOT / info.path) for info in ANNOTATION_PAGES)
+
+
+def rendered(app: AppTest) -> str:
+    """Every element's protobuf as text: labels, values, options, help tooltips, everything sent to a browser."""
+    parts: list[str] = []
+
+    def walk(node: object) -> None:
+        proto = getattr(node, "proto", None)
+        if proto is not None:
+            parts.append(str(proto))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(app._tree)
+    return "\n".join(parts)
+
+
+def signed_in(page: str, name: str, passcode: str | None = None) -> AppTest:
+    app = AppTest.from_file(page, default_timeout=60).run()
+    app.text_input[0].input(name)
+    app.text_input[1].input(passcode if passcode is not None else PASSCODES[name])
+    app.button[0].click().run()
+    assert not app.exception, app.exception
+    return app
+
+
+def choice(app: AppTest, criterion: str, value: str):
+    return next(b for b in app.button if b.key and b.key.endswith(f"-{criterion}-{value}"))
+
+
+def test_pages_are_catalogued_in_an_annotation_section() -> None:
+    catalogued = {info.url_path: info for info in pages()}
+    assert {"annotate", "annotation-tasks", "annotation-results"} <= set(catalogued)
+    assert {catalogued[name].section for name in ("annotate", "annotation-tasks", "annotation-results")} == {
+        "Annotation"}
+
+
+@pytest.mark.parametrize("page", [ANNOTATE, TASKS_PAGE, RESULTS])
+def test_every_annotation_page_shows_only_the_sign_in(page: str, seeded: SeededRuns) -> None:
+    create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "dr.ada")
+    app = AppTest.from_file(page, default_timeout=60).run()
+    assert not app.exception
+    assert [t.value for t in app.title] == ["Sign in to annotate"]
+    assert [w.label for w in app.text_input] == ["Name", "Passcode"]
+    assert [b.label for b in app.button] == ["Sign in"]
+    assert not app.dataframe and not app.selectbox and not app.progress
+    text = rendered(app)
+    assert not [name for name in SECRET_NAMES if name in text]
+    app.text_input[0].input("dr.ada")
+    app.text_input[1].input("not-the-passcode")
+    app.button[0].click().run()
+    assert [e.value for e in app.error] == [
+        "That name and passcode do not match an active account; check both and try again."]
+    assert [t.value for t in app.title] == ["Sign in to annotate"]
+
+
+def test_annotator_queue_one_click_per_judgement_blinded_and_resumable(seeded: SeededRuns) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators",
+                       "dr.ada,dr.bo", "--seed", "21")
+    app = signed_in(ANNOTATE, "dr.ada")
+    assert [t.value for t in app.title] == ["Annotate"]
+    assert app.progress[0].proto.text.startswith("0 of 6 done · item 1 of 6")
+    assert [s.value for s in app.subheader] == ["Response 1", "Response 2"]
+    store = current_store()
+    first = answers.my_items(store, "dr.ada", task["id"])[0]
+    assert first.payload["left"]["text"] in [t.value for t in app.text]
+    for index, criterion in enumerate(task["criteria"]):
+        choice(app, criterion, ["left", "tie", "right"][index]).click().run()
+        assert not app.exception
+    # The last criterion answered moves on to item 2; the answers are stored as clicked.
+    assert app.progress[0].proto.text.startswith("1 of 6 done · item 2 of 6")
+    saved = answers.my_items(store, "dr.ada", task["id"])[0].answers
+    assert saved == dict(zip(task["criteria"], ["left", "tie", "right"], strict=True))
+    text = rendered(app)
+    assert not [name for name in SECRET_NAMES if name.lower() in text.lower()]
+    # Going back shows the stored choices highlighted; a new session (a reload) resumes at item 2.
+    next(b for b in app.button if b.label == "← Previous").click().run()
+    assert choice(app, task["criteria"][1], "tie").proto.type == "primary"
+    assert choice(app, task["criteria"][1], "left").proto.type == "secondary"
+    reloaded = signed_in(ANNOTATE, "dr.ada")
+    assert reloaded.progress[0].proto.text.startswith("1 of 6 done · item 2 of 6")
+    # The other annotator sees the same item with nothing chosen.
+    other = signed_in(ANNOTATE, "dr.bo")
+    assert other.progress[0].proto.text.startswith("0 of 6 done · item 1 of 6")
+    assert all(b.proto.type == "secondary" for b in other.button if b.key and b.key.startswith("choose-"))
+
+
+def test_patient_answer_and_judge_review_items_render(seeded: SeededRuns) -> None:
+    create_task("patient-answers", "--run", seeded.ddxplus_run, "--annotators", "dr.cy", "--max-items", "3")
+    create_task("judge-review", "--run", seeded.judge_run_a, "--annotators", "dr.cy", "--max-items", "2")
+    app = signed_in(ANNOTATE, "dr.cy")
+    assert [s.value for s in app.subheader] == ["Case record", "Question", "Simulated patient's answer"]
+    assert [b.label for b in app.button if b.key and b.key.startswith("choose-")] == [
+        "0 · contradicts the record", "1 · partly consistent", "2 · consistent",
+        "0 · does not answer", "1 · partly answers", "2 · answers the question"]
+    choice(app, "truthfulness", "2").click().run()
+    choice(app, "relevance", "1").click().run()
+    assert app.progress[0].proto.text.startswith("1 of 3 done")
+    app.selectbox[0].select_index(1).run()
+    assert [s.value for s in app.subheader] == ["Case and reference", "Response", "Judge's verdict"]
+    assert [b.label for b in app.button if b.key and b.key.startswith("choose-")] == [
+        "Agree with the verdict", "Disagree"]
+    text = rendered(app)
+    assert not [name for name in (*SECRET_NAMES, "kb-bayes") if name.lower() in text.lower()]
+
+
+def test_admin_pages_refuse_annotators_and_serve_administrators(seeded: SeededRuns) -> None:
+    for page in (TASKS_PAGE, RESULTS):
+        app = signed_in(page, "dr.ada")
+        assert [e.value for e in app.error] == [
+            "This page is for administrators; your annotation queue is on the Annotate page."]
+        assert not app.dataframe and not app.selectbox
+    app = signed_in(TASKS_PAGE, "admin.eve")
+    assert [t.value for t in app.title] == ["Annotation tasks"]
+    # Runs are listed newest first: the default pair (a dialogue run and a judge run) share no cases.
+    next(b for b in app.button if b.label == "Create task").click().run()
+    assert [e.value for e in app.error] == [
+        "These runs give no items to annotate; check that they finished the same cases."]
+    app.selectbox(key="task-run-a").set_value(seeded.run_a)
+    app.selectbox(key="task-run-b").set_value(seeded.run_b)
+    app.multiselect[0].set_value(["dr.ada", "dr.bo"])
+    next(b for b in app.button if b.label == "Create task").click().run()
+    assert not app.exception and not app.error
+    [created] = tasks.list_tasks(current_store())
+    assert created.kind == "pairwise" and created.config["annotators"] == ["dr.ada", "dr.bo"]
+    assert any(s.value.startswith(f"Created task {created.id}") for s in app.success)
+
+    store = current_store()
+    for item in answers.my_items(store, "dr.ada", created.id):
+        for criterion in created.criteria:
+            answers.record_answer(store, "dr.ada", item.item_id, criterion, "left")
+    results = signed_in(RESULTS, "admin.eve")
+    assert not results.exception
+    assert [t.value for t in results.title] == ["Annotation results"]
+    frame = results.dataframe[0].value
+    assert list(frame["criterion"]) == created.criteria and list(frame["ties"]) == [0, 0, 0]
+    assert (frame["A wins"] + frame["B wins"] == 6).all()
+    assert any(b.proto.label == "Download every answer (CSV)" for b in results.get("download_button"))
