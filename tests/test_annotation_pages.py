@@ -12,14 +12,15 @@ from streamlit.testing.v1 import AppTest
 from medeval_core.annotation import answers, tasks
 from medeval_core.catalog import ANNOTATION_PAGES, pages
 from medeval_core.context import current_store
-from tests.annotation_fixtures import (  # noqa: F401 - fixtures
+from tests.annotation_fixtures import (
     PASSCODES,
     SECRET_NAMES,
     SeededRuns,
     create_task,
-    seeded,
-    seeded_template,
 )
+
+# The seeded runs and accounts (fixtures ``seeded`` and ``seeded_template``).
+pytest_plugins = ("tests.annotation_seeded",)
 
 ROOT = Path(__file__).resolve().parent.parent
 ANNOTATE, TASKS_PAGE, RESULTS = (str(ROOT / info.path) for info in ANNOTATION_PAGES)

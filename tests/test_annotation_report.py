@@ -12,7 +12,10 @@ import pytest
 from medeval_core.annotation import answers, tasks
 from medeval_core.annotation.report import export_rows, task_report, write_csv
 from medeval_core.context import current_store
-from tests.annotation_fixtures import SeededRuns, cli, create_task, seeded, seeded_template  # noqa: F401
+from tests.annotation_fixtures import SeededRuns, cli, create_task
+
+# The seeded runs and accounts (fixtures ``seeded`` and ``seeded_template``).
+pytest_plugins = ("tests.annotation_seeded",)
 
 
 def answer_resolved(task_id: str, annotator: str, by_case: dict[str, str], criterion: str) -> None:

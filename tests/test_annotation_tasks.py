@@ -14,17 +14,18 @@ from medeval_core.annotation.items import HIDDEN, Blinder, ItemError
 from medeval_core.cli import main
 from medeval_core.context import current_settings, current_store
 from medeval_core.store import AnnotationRow
-from tests.annotation_fixtures import (  # noqa: F401 - fixtures
+from tests.annotation_fixtures import (
     MODEL_A,
     SECRET_NAMES,
     SeededRuns,
     create_task,
-    seeded,
-    seeded_template,
 )
 
+# The seeded runs and accounts (fixtures ``seeded`` and ``seeded_template``).
+pytest_plugins = ("tests.annotation_seeded",)
 
-@pytest.mark.parametrize("n", [*range(0, 12), 57, 158])
+
+@pytest.mark.parametrize("n", [*range(12), 57, 158])
 def test_sides_are_balanced_for_any_number_of_items(n: int) -> None:
     for seed in range(20):
         sides = tasks.balanced_sides(n, random.Random(seed))
