@@ -28,16 +28,25 @@ def clinician_signed_in() -> bool:
         return False
 
 
-# A signed-in clinician sees only the annotation queue, and no sidebar status (it names models and the store):
-# annotation is blinded.
+# A signed-in clinician sees only the annotation queue, with no navigation menu and no sidebar status (they name
+# runs and models): annotation is blinded. The queue keeps its own URL (/annotate) rather than becoming the
+# default page, so a reload, which starts a new session that is not signed in yet, lands on its sign-in again.
 blinded = clinician_signed_in()
-sections: dict[str, list] = {}
-for info in ANNOTATOR_PAGES if blinded else pages():
-    sections.setdefault(info.section, []).append(
-        st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path,
-                default=info.url_path == ("annotate" if blinded else "home"))
-    )
-navigation = st.navigation(sections)
+if blinded:
+    queue = [st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path) for info in ANNOTATOR_PAGES]
+
+    def to_the_queue() -> None:
+        st.switch_page(queue[0])
+
+    navigation = st.navigation([st.Page(to_the_queue, title="Home", url_path="home", default=True), *queue],
+                               position="hidden")
+else:
+    sections: dict[str, list] = {}
+    for info in pages():
+        sections.setdefault(info.section, []).append(
+            st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path,
+                    default=info.url_path == "home"))
+    navigation = st.navigation(sections)
 
 
 def show_status() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_pairwise_task_is_balanced_seeded_blinded_and_assigned(seeded: SeededRun
     # Blinding: nothing an annotator is shown (payload, task title, item ids) names a run or model.
     shown = json.dumps([item.payload for item in items]) + task["title"] + " ".join(item.id for item in items)
     assert not [name for name in SECRET_NAMES if name.lower() in shown.lower()]
-    assert all(item.payload["case"]["image"] for item in items)  # the lesion image is shown
+    assert all(Path(item.payload["case"]["image"]).is_file() for item in items)  # the lesion image is shown
     # The left text is run A's response exactly when the key says A is on the left.
     store = current_store()
     outputs = {run: {r.case_id: r.output["response"] for r in store.results(run)}

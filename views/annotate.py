@@ -34,14 +34,19 @@ def image_bytes(path: str) -> bytes | None:
 def show_case(case: dict[str, Any] | None) -> None:
     if not case:
         return
-    if case.get("image") and (data := image_bytes(case["image"])) is not None:
-        st.image(data, width=420)
+    data = image_bytes(case["image"]) if case.get("image") else None
+    # Image beside the record, so the responses and choices below fit a laptop screen.
+    picture, record = st.columns([2, 3]) if data is not None else (None, st.container())
+    if picture is not None:
+        picture.image(data, width="stretch")
     for name, value in case.get("fields", {}).items():
-        st.text(f"{name}: {value}")
+        record.text(f"{name}: {value}")
 
 
-def show_output(view: dict[str, Any], height: int = 420) -> None:
-    with st.container(height=height):
+def show_output(view: dict[str, Any]) -> None:
+    # Long outputs scroll inside a box of a laptop screen's height, so the choices below stay in reach.
+    size = len(view.get("text", "")) + sum(len(line) + 40 for _, line in view.get("dialogue", []))
+    with st.container(height=420 if size > 1200 else "content", border=True):
         if view.get("text"):
             st.text(view["text"])
         for speaker, line in view.get("dialogue", []):
@@ -65,7 +70,8 @@ if not tasks:
     st.info("Nothing is assigned to you yet. An administrator assigns items when creating a task.")
     st.stop()
 
-titles = {task.id: f"{task.title} ({task.done} of {task.assigned} done)" for task in tasks}
+# Fixed labels: a label that changed with progress would make Streamlit treat the selectbox as a new widget.
+titles = {task.id: f"{number}. {task.title}" for number, task in enumerate(tasks, start=1)}
 task_id = st.selectbox("Task", list(titles), format_func=titles.__getitem__, key="annotate-task",
                        label_visibility="collapsed" if len(tasks) == 1 else "visible")
 task = next(t for t in tasks if t.id == task_id)
@@ -143,7 +149,7 @@ else:
         show_case(payload.get("case"))
     with response_column:
         st.subheader("Response")
-        show_output(payload["response"], height=300)
+        show_output(payload["response"])
         st.subheader("Judge's verdict")
         for name, value in payload["verdict"].items():
             st.text(f"{name}: {value}")

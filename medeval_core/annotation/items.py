@@ -22,6 +22,8 @@ from medeval_core.settings import Settings
 from medeval_core.store import RunRow, Store
 
 HIDDEN = "[hidden]"
+IMAGE_KEY = "image"
+"""The payload key of a local image file: read and sent as image bytes, never shown as text, so never scrubbed."""
 
 # Keys of a run's config and outputs whose string values name a system (model, backend, agent, judge, endpoint);
 # plurals are not among them ("labels" are a classification task's diagnosis names).
@@ -71,33 +73,43 @@ class Blinder:
         return self._pattern.sub(HIDDEN, value) if self._pattern is not None else value
 
     def scrub(self, value: Any) -> Any:
+        """``value`` with every secret replaced, except local image paths (served as bytes, never shown)."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):
-            return {self.text(str(k)): self.scrub(v) for k, v in value.items()}
+            return {self.text(str(k)): v if k == IMAGE_KEY else self.scrub(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.scrub(v) for v in value]
         return value
 
     def leaks(self, value: Any) -> list[str]:
-        """The secrets still present in ``value`` (a check, used before an item is stored)."""
-        blob = json.dumps(value, default=str).lower()
+        """The secrets still present in what ``value`` shows (a check, used before an item is stored)."""
+        blob = json.dumps(_without_images(value), default=str).lower()
         return [s for s in self.secrets if s.lower() in blob]
 
 
-def naming_strings(value: Any, under_naming_key: bool = False) -> set[str]:
-    """String values under naming keys anywhere in a nested config or output."""
+def _without_images(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_images(v) for k, v in value.items() if k != IMAGE_KEY}
+    if isinstance(value, list | tuple):
+        return [_without_images(v) for v in value]
+    return value
+
+
+def naming_strings(value: Any) -> set[str]:
+    """The string values of naming keys anywhere in a nested config or output (only a key's own string: a naming
+    key over a list or mapping of settings names no system)."""
     found: set[str] = set()
     if isinstance(value, Mapping):
         for key, inner in value.items():
             lowered = str(key).lower()
-            naming = under_naming_key or lowered in _NAMING_KEYS or lowered.endswith(_NAMING_SUFFIXES)
-            found |= naming_strings(inner, naming)
+            if isinstance(inner, str) and (lowered in _NAMING_KEYS or lowered.endswith(_NAMING_SUFFIXES)):
+                found.add(inner)
+            else:
+                found |= naming_strings(inner)
     elif isinstance(value, list | tuple):
         for inner in value:
-            found |= naming_strings(inner, under_naming_key)
-    elif isinstance(value, str) and under_naming_key:
-        found.add(value)
+            found |= naming_strings(inner)
     return found
 
 

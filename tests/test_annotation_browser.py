@@ -1,0 +1,90 @@
+"""Annotation in real headless Chromium against a real Streamlit server: two annotators sign in, the first completes
+three pairwise items (one click per criterion) and reloads mid-task, and nothing either can reach in the browser
+(page HTML, URL, navigation) shows a run or model name or the other annotator's choices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from medeval_core.annotation.report import task_report
+from medeval_core.context import current_store
+from tests.annotation_fixtures import PASSCODES, SECRET_NAMES, SeededRuns, create_task
+
+pytest_plugins = ("tests.annotation_seeded",)
+
+CHOICES = ("Response 1 is better", "Tie", "Response 2 is better")
+CHOSEN = '[data-testid="stBaseButton-primary"]'
+
+
+def sign_in(page, url: str, name: str) -> None:
+    page.goto(f"{url}/annotate")
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Passcode").fill(PASSCODES[name])
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Annotate").wait_for()
+
+
+def settle(page) -> None:
+    """Wait until the rerun has replaced every element of the previous one (Streamlit marks those as stale)."""
+    page.wait_for_function("() => document.querySelectorAll('[data-stale=\"true\"]').length === 0")
+
+
+def assert_blind(page) -> None:
+    html = page.content().lower()
+    leaked = [name for name in SECRET_NAMES if name.lower() in html or name.lower() in page.url.lower()]
+    assert not leaked, f"the annotator's page shows {leaked}"
+
+
+@pytest.mark.browser
+def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, page, seeded: SeededRuns,
+                                                     isolated_store: str, artifacts_dir: Path) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators",
+                       "dr.ada,dr.bo", "--seed", "12")
+    url = streamlit_app(MEDEVAL_DB_URL=isolated_store)
+    page.set_viewport_size({"width": 1366, "height": 1400})  # a laptop's width; tall so the screenshot is whole
+    sign_in(page, url, "dr.ada")
+    page.get_by_text("0 of 6 done · item 1 of 6").wait_for()
+    # A signed-in clinician's app is only the queue: no navigation to the runs page, no model list in the sidebar.
+    assert page.get_by_text("Batch runs").count() == 0 and page.get_by_text("Models").count() == 0
+    assert page.url.endswith("/annotate")
+    for number in range(1, 4):
+        for criterion, label in enumerate(CHOICES):
+            page.get_by_role("button", name=label, exact=True).nth(criterion).click()
+            if criterion < len(CHOICES) - 1:
+                page.locator(CHOSEN).nth(criterion).wait_for()
+        page.get_by_text(f"{number} of 6 done · item {number + 1} of 6").wait_for()
+        settle(page)
+        assert_blind(page)
+    # The lesion image of the next item is shown (loaded, not a broken link).
+    image = page.get_by_test_id("stImage").locator("img").first
+    image.wait_for()
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    screenshot = artifacts_dir / "annotation_pairwise.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
+
+    # A reload mid-task: sign in again and the queue resumes at the first open item.
+    page.reload()
+    page.get_by_label("Name").fill("dr.ada")
+    page.get_by_label("Passcode").fill(PASSCODES["dr.ada"])
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_text("3 of 6 done · item 4 of 6").wait_for()
+
+    # The second annotator, in a browser context of their own, sees the same items with nothing chosen.
+    other_context = browser.new_context(viewport={"width": 1366, "height": 1400})
+    other = other_context.new_page()
+    other.set_default_timeout(60_000)
+    try:
+        sign_in(other, url, "dr.bo")
+        other.get_by_text("0 of 6 done · item 1 of 6").wait_for()
+        assert other.locator(CHOSEN).count() == 0
+        assert_blind(other)
+    finally:
+        other_context.close()
+
+    report = task_report(current_store(), task["id"])
+    assert report.current_answers == 9 and report.assignments_done == 3
+    assert [w.a_wins + w.b_wins + w.ties for w in report.win_rates] == [3, 3, 3]
+    assert [w.ties for w in report.win_rates] == [0, 3, 0]
