@@ -16,6 +16,7 @@ from tests.annotation_fixtures import (
     PASSCODES,
     SECRET_NAMES,
     SeededRuns,
+    cli,
     create_task,
 )
 
@@ -162,3 +163,35 @@ def test_admin_pages_refuse_annotators_and_serve_administrators(seeded: SeededRu
     assert list(frame["criterion"]) == created.criteria and list(frame["ties"]) == [0, 0, 0]
     assert (frame["A wins"] + frame["B wins"] == 6).all()
     assert any(b.proto.label == "Download every answer (CSV)" for b in results.get("download_button"))
+
+
+OIDC_SECRETS = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "test-cookie-secret",
+                "client_id": "medeval", "client_secret": "test-client-secret",
+                "server_metadata_url": "https://idp.example.org/.well-known/openid-configuration"}
+
+
+def test_openid_connect_sign_in_when_secrets_configure_it(seeded: SeededRuns) -> None:
+    cli("annotators", "add", "eve@example.org", "--oidc")
+    create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "eve@example.org")
+    app = AppTest.from_file(ANNOTATE, default_timeout=60)
+    app.secrets["auth"] = OIDC_SECRETS
+    app.user = {"is_logged_in": False}
+    app.run()
+    assert [b.label for b in app.button] == ["Sign in with your organisation's account"]
+    assert not app.text_input  # no passcode form when the organisation's provider signs people in
+    app.user = {"is_logged_in": True, "email": "stranger@example.org"}
+    app.run()
+    assert "stranger@example.org has no active annotator account" in app.error[0].value
+    app.user = {"is_logged_in": True, "email": "eve@example.org"}
+    app.run()
+    assert not app.exception and [t.value for t in app.title] == ["Annotate"]
+    assert app.progress[0].proto.text.startswith("0 of 6 done")
+
+
+def test_the_optional_comment_is_stored_as_its_own_answer(seeded: SeededRuns) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "dr.ada")
+    app = signed_in(ANNOTATE, "dr.ada")
+    app.text_area[0].input("Response 2 misses the subtype.").run()
+    [row] = current_store().annotations(task["id"])
+    assert (row.criterion, row.value, row.annotator) == (tasks.COMMENT, "Response 2 misses the subtype.", "dr.ada")
+    assert app.progress[0].proto.text.startswith("0 of 6 done")  # a comment is not a judgement

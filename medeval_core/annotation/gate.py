@@ -22,10 +22,15 @@ def oidc_configured() -> bool:
         return False
 
 
+def _oidc_logged_in() -> bool:
+    # st.user has no is_logged_in key until the provider has been asked once.
+    return bool(st.user.get("is_logged_in", False))
+
+
 def signed_in(store: Store) -> Annotator | None:
     """The annotator signed in in this browser session (None when nobody is, or the account was disabled)."""
     if oidc_configured():
-        if not st.user.is_logged_in:
+        if not _oidc_logged_in():
             return None
         try:
             return oidc_annotator(store, st.user.get("email"))  # type: ignore[arg-type]
@@ -45,7 +50,7 @@ def annotator_mode(store: Store) -> bool:
 def _sign_in_form(store: Store) -> None:
     st.title("Sign in to annotate")
     if oidc_configured():
-        if st.user.is_logged_in:
+        if _oidc_logged_in():
             try:
                 oidc_annotator(store, st.user.get("email"))  # type: ignore[arg-type]
             except SignInError as exc:
