@@ -52,6 +52,7 @@ class SeededRuns:
     run_b: str = RUN_B
     judge_run_a: str = f"{RUN_A}-judge"
     ddxplus_run: str = DDX_RUN
+    ddxplus_patients: Path | None = None
 
 
 def cli(*argv: str, stdin: str | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> str:
@@ -77,7 +78,7 @@ def _ddi_run(folder: Path, cases: list, model: str, run_id: str, answers: dict[s
             server.url, "--judge", "offline", "--run-id", run_id, "--json")
 
 
-def _ddxplus_run(tmp_path: Path, patients: int) -> None:
+def _ddxplus_run(tmp_path: Path, patients: int) -> Path:
     with sample_csv().open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     test, train = tmp_path / "ddx-test.csv", tmp_path / "ddx-train.csv"
@@ -87,6 +88,7 @@ def _ddxplus_run(tmp_path: Path, patients: int) -> None:
     settings = current_settings()
     service.launch("ddxplus", build_params(settings, test, "kb-bayes", train=train), settings, current_store(),
                    run_id=DDX_RUN)
+    return test
 
 
 def seed_runs(tmp_path: Path, ddxplus_patients: int = 2) -> SeededRuns:
@@ -94,9 +96,8 @@ def seed_runs(tmp_path: Path, ddxplus_patients: int = 2) -> SeededRuns:
     cases = make_ddi_folder(folder)
     _ddi_run(folder, cases, MODEL_A, RUN_A, ANSWERS_A)
     _ddi_run(folder, cases, MODEL_B, RUN_B, ANSWERS_B)
-    if ddxplus_patients:
-        _ddxplus_run(tmp_path, ddxplus_patients)
-    return SeededRuns(ddi_folder=folder)
+    patients = _ddxplus_run(tmp_path, ddxplus_patients) if ddxplus_patients else None
+    return SeededRuns(ddi_folder=folder, ddxplus_patients=patients)
 
 
 def create_task(*argv: str) -> dict:

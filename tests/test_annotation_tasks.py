@@ -111,6 +111,29 @@ def test_patient_answer_items_come_from_the_stored_turns(seeded: SeededRuns) -> 
     assert "kb-bayes" not in json.dumps([i.payload for i in items])  # the agent's name is hidden
 
 
+def test_pairwise_over_two_agents_dialogues_hides_both_agents(seeded: SeededRuns) -> None:
+    from medeval_core import service
+    from medeval_core.benchmarks.ddxplus.benchmark import build_params
+
+    settings, store = current_settings(), current_store()
+    assert seeded.ddxplus_patients is not None
+    service.launch("ddxplus", build_params(settings, seeded.ddxplus_patients,
+                                           "tests.test_ddxplus_runs:FirstQuestionsAgent"),
+                   settings, store, run_id="ddx-first-questions")
+    task = create_task("pairwise", "--run-a", seeded.ddxplus_run, "--run-b", "ddx-first-questions",
+                       "--annotators", "dr.ada", "--seed", "6")
+    items = tasks.task_items(store, task["id"])
+    assert len(items) == 2
+    for item in items:
+        for side in ("left", "right"):
+            speakers = [speaker for speaker, _ in item.payload[side]["dialogue"]]
+            assert speakers[0] == "Intake" and "Patient" in speakers and speakers[-1] == "Conclusion"
+            assert item.payload[side]["text"].startswith("Differential: ")
+    shown = json.dumps([item.payload for item in items]).lower()
+    assert not [name for name in ("kb-bayes", "first-questions", "firstquestionsagent", "ddx-kb-run")
+                if name in shown]
+
+
 def test_judge_review_items_show_reference_response_and_verdict(seeded: SeededRuns) -> None:
     store = current_store()
     task = tasks.create_judge_review_task(store, current_settings(), seeded.judge_run_a,
