@@ -139,10 +139,11 @@ def test_admin_pages_refuse_annotators_and_serve_administrators(seeded: SeededRu
         assert not app.dataframe and not app.selectbox
     app = signed_in(TASKS_PAGE, "admin.eve")
     assert [t.value for t in app.title] == ["Annotation tasks"]
-    # Runs are listed newest first: the default pair (a dialogue run and a judge run) share no cases.
+    # Runs are listed newest first: the default pair (a dialogue run and a judge's score run) is refused.
     next(b for b in app.button if b.label == "Create task").click().run()
     assert [e.value for e in app.error] == [
-        "These runs give no items to annotate; check that they finished the same cases."]
+        "Run ddi-beta-run-judge is a score run (a judge's verdicts); compare the runs whose outputs were scored, "
+        "such as ddi-beta-run."]
     app.selectbox(key="task-run-a").set_value(seeded.run_a)
     app.selectbox(key="task-run-b").set_value(seeded.run_b)
     app.multiselect[0].set_value(["dr.ada", "dr.bo"])

@@ -81,6 +81,9 @@ def test_a_title_that_names_a_model_is_refused(seeded: SeededRuns, capsys: pytes
     assert main(["annotations", "task", "create", "pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b,
                  "--annotators", "nobody"]) == 2
     assert "not an active annotator" in capsys.readouterr().err
+    assert main(["annotations", "task", "create", "pairwise", "--run-a", seeded.judge_run_a, "--run-b",
+                 seeded.run_b, "--annotators", "dr.ada"]) == 2
+    assert f"compare the runs whose outputs were scored, such as {seeded.run_a}" in capsys.readouterr().err
     assert tasks.list_tasks(current_store()) == []
 
 

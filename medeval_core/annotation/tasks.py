@@ -35,7 +35,7 @@ from medeval_core.annotation.items import (
     run_secrets,
     system_name,
 )
-from medeval_core.records import CaseStatus, utc_now
+from medeval_core.records import CaseStatus, RunKind, utc_now
 from medeval_core.settings import Settings
 from medeval_core.store import RunRow, Store
 from medeval_core.store.annotation_tables import AnnotationAssignmentRow, AnnotationItemRow, AnnotationTaskRow
@@ -159,6 +159,10 @@ def create_pairwise_task(store: Store, settings: Settings, run_a: str, run_b: st
     if run_a == run_b:
         raise ItemError("Choose two different runs to compare.")
     rows = [store.get_run(run_a), store.get_run(run_b)]
+    for run in rows:
+        if run.kind == RunKind.SCORE:
+            raise ItemError(f"Run {run.id} is a score run (a judge's verdicts); compare the runs whose outputs were "
+                            f"scored, such as {run.source_run_id}.")
     names = _check_annotators(store, assignment.annotators)
     seed = seed if seed is not None else secrets.randbelow(2**31)
     rng = random.Random(seed)
