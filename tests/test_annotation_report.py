@@ -113,3 +113,17 @@ def test_patient_answer_means_with_t_intervals(seeded: SeededRuns) -> None:
     # has one annotator, so no agreement figure.
     [agreement] = report.agreement
     assert (agreement.criterion, agreement.overlapping_items, agreement.value) == ("truthfulness", 2, 0.0)
+
+
+def test_agreement_is_undefined_when_every_answer_is_the_same(seeded: SeededRuns, recwarn) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators",
+                       "dr.ada,dr.bo", "--criteria", "accuracy", "--seed", "9")
+    everything_tied = dict.fromkeys("123456", "tie")
+    for annotator in ("dr.ada", "dr.bo"):
+        answer_resolved(task["id"], annotator, everything_tied, "accuracy")
+    report = task_report(current_store(), task["id"])
+    [agreement] = report.agreement
+    assert (agreement.value, agreement.overlapping_items) == (None, 6)  # chance agreement is 1: kappa is 0/0
+    [win] = report.win_rates
+    assert (win.ties, win.a_win_rate, win.interval) == (12, None, None)
+    assert not [w for w in recwarn if "kappa" in str(w.message) or "label" in str(w.message)]

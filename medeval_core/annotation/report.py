@@ -156,6 +156,14 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _kappa(first: Sequence[str], second: Sequence[str]) -> float:
+    """Cohen's kappa; NaN (undefined, chance agreement 1) when every answer is the same one label, which
+    scikit-learn would also return, with warnings on stderr."""
+    if len(set(first) | set(second)) < 2:
+        return math.nan
+    return cohens_kappa(first, second)
+
+
 def win_rates(task: Task, answers: Sequence[ExportRow]) -> list[WinRate]:
     out = []
     for criterion in task.criteria:
@@ -183,7 +191,7 @@ def agreement(task: Task, answers: Sequence[ExportRow]) -> list[Agreement]:
             continue
         if len(annotators) == 2:
             first, second = annotators
-            value = cohens_kappa([r[first] for r in shared], [r[second] for r in shared]) if shared else math.nan
+            value = _kappa([r[first] for r in shared], [r[second] for r in shared])
             statistic: Literal["cohen_kappa", "krippendorff_alpha"] = "cohen_kappa"
         else:
             statistic = "krippendorff_alpha"
@@ -213,7 +221,7 @@ def judge_agreement(answers: Sequence[ExportRow]) -> list[JudgeAgreement]:
                                                 for call in ("correct", "incorrect")}
         for judge_call, clinician_call in pairs:
             confusion[judge_call][clinician_call] += 1
-        kappa = cohens_kappa([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else math.nan
+        kappa = _kappa([p[0] for p in pairs], [p[1] for p in pairs])
         agree = sum(a == b for a, b in pairs)
         out.append(JudgeAgreement(judge=judge, n=len(pairs), kappa=_finite(kappa),
                                   agree_share=agree / len(pairs) if pairs else None, confusion=confusion))
