@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from medeval_core.annotation.gate import annotator_mode
-from medeval_core.catalog import ANNOTATOR_PAGES, pages
+from medeval_core.catalog import ANNOTATION_PAGES, ANNOTATOR_PAGES, pages
 from medeval_core.context import current_settings, current_store
 from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
@@ -73,12 +73,14 @@ def show_status() -> None:
 
 
 # Drawn before the page (so it is there even when a page ends with st.stop()) and redrawn after it, so the counts
-# include what the page just saved.
+# include what the page just saved. Never on an annotation page: before sign-in it shows only the sign-in, and
+# the status names models.
+with_status = not blinded and navigation.url_path not in {info.url_path for info in ANNOTATION_PAGES}
 status_slot = st.sidebar.empty()
-if not blinded:
+if with_status:
     with status_slot.container():
         show_status()
 navigation.run()
-if not blinded:
+if with_status:
     with status_slot.container():
         show_status()

@@ -20,6 +20,8 @@ CHOSEN = '[data-testid="stBaseButton-primary"]'
 
 def sign_in(page, url: str, name: str) -> None:
     page.goto(f"{url}/annotate")
+    page.get_by_role("heading", name="Sign in to annotate").wait_for()
+    assert page.get_by_text("Models").count() == 0  # before sign-in, the page is only the sign-in
     page.get_by_label("Name").fill(name)
     page.get_by_label("Passcode").fill(PASSCODES[name])
     page.get_by_role("button", name="Sign in").click()
