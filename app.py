@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from medeval_core.annotation.gate import annotator_mode
+from medeval_core.annotation.gate import queue_only
 from medeval_core.catalog import ANNOTATION_PAGES, ANNOTATOR_PAGES, pages
 from medeval_core.context import current_settings, current_store
 from medeval_core.settings import SettingsError
@@ -21,17 +21,18 @@ st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
 
 
 
-def clinician_signed_in() -> bool:
+def serve_queue_only() -> bool:
     try:
-        return annotator_mode(current_store())
+        return queue_only(current_store())
     except Exception:  # noqa: BLE001 - whatever keeps the store from opening, the sidebar's store status reports
         return False
 
 
-# A signed-in clinician sees only the annotation queue, with no navigation menu and no sidebar status (they name
-# runs and models): annotation is blinded. The queue keeps its own URL (/annotate) rather than becoming the
-# default page, so a reload, which starts a new session that is not signed in yet, lands on its sign-in again.
-blinded = clinician_signed_in()
+# Annotation is blinded: a signed-in clinician, and anyone not signed in once annotator accounts exist, get only the
+# annotation queue (and its sign-in), with no navigation menu and no sidebar status (they name runs and models).
+# The queue keeps its own URL (/annotate) rather than becoming the default page, so a reload, which starts a new
+# session that is not signed in yet, lands on its sign-in again.
+blinded = serve_queue_only()
 if blinded:
     queue = [st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path) for info in ANNOTATOR_PAGES]
 

@@ -67,6 +67,14 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
 
+    # Typing another page's URL starts a new session: with annotator accounts on this deployment it gets only the
+    # sign-in, never the runs page.
+    page.goto(f"{url}/runs")
+    page.get_by_role("heading", name="Sign in to annotate").wait_for()
+    assert page.get_by_text("Batch runs").count() == 0 and page.get_by_text("Models").count() == 0
+    assert_blind(page)
+    page.goto(f"{url}/annotate")
+
     # A reload mid-task: sign in again and the queue resumes at the first open item.
     page.reload()
     page.get_by_label("Name").fill("dr.ada")
@@ -85,6 +93,20 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
         assert_blind(other)
     finally:
         other_context.close()
+
+    # An administrator who signs in gets the whole workbench back, results included.
+    admin_context = browser.new_context(viewport={"width": 1366, "height": 1400})
+    admin = admin_context.new_page()
+    admin.set_default_timeout(60_000)
+    try:
+        sign_in(admin, url, "admin.eve")
+        admin.get_by_test_id("stSidebarNav").get_by_text("Annotation results").click()
+        admin.get_by_role("heading", name="Annotation results").wait_for()
+        # Unblinded for the administrator (the data grid draws on a canvas; its cells are in the DOM, hidden).
+        admin.get_by_text("vlm-alpha-7b (ddi-alpha-run)").first.wait_for(state="attached")
+        assert admin.get_by_test_id("stSidebarNav").get_by_text("Batch runs").count() == 1
+    finally:
+        admin_context.close()
 
     report = task_report(current_store(), task["id"])
     assert report.current_answers == 9 and report.assignments_done == 3

@@ -76,6 +76,11 @@ def list_annotators(store: Store) -> list[Annotator]:
         return [_record(row) for row in session.exec(select(AnnotatorRow).order_by(col(AnnotatorRow.name)))]
 
 
+def any_accounts(store: Store) -> bool:
+    with store.session() as session:
+        return session.exec(select(AnnotatorRow.name).limit(1)).first() is not None
+
+
 def get_annotator(store: Store, name: str) -> Annotator | None:
     with store.session() as session:
         row = session.get(AnnotatorRow, name)

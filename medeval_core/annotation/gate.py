@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from medeval_core.annotation.accounts import Annotator, SignInError, get_annotator, oidc_annotator, sign_in
+from medeval_core.annotation.accounts import (
+    Annotator,
+    SignInError,
+    any_accounts,
+    get_annotator,
+    oidc_annotator,
+    sign_in,
+)
 from medeval_core.store import Store
 
 SESSION_KEY = "annotation_annotator"
@@ -41,10 +48,15 @@ def signed_in(store: Store) -> Annotator | None:
     return found if found is not None and found.active else None
 
 
-def annotator_mode(store: Store) -> bool:
-    """Whether a clinician (not an administrator) is signed in: the app then shows only the annotation pages."""
+def queue_only(store: Store) -> bool:
+    """Whether the app serves only the annotation queue and its sign-in: a clinician (not an administrator) is
+    signed in, or annotator accounts exist and nobody is. Every other page names runs and models, and a new browser
+    session (a reload, a typed URL) is not signed in yet, so on a deployment with annotators only a signed-in
+    administrator reaches them."""
     found = signed_in(store)
-    return found is not None and not found.is_admin
+    if found is not None:
+        return not found.is_admin
+    return any_accounts(store)
 
 
 def _sign_in_form(store: Store) -> None:
