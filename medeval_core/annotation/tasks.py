@@ -35,7 +35,7 @@ from medeval_core.annotation.items import (
     run_secrets,
     system_name,
 )
-from medeval_core.records import CaseStatus, RunKind, utc_now
+from medeval_core.records import CaseStatus, RunKind, RunStatus, utc_now
 from medeval_core.settings import Settings
 from medeval_core.store import RunRow, Store
 from medeval_core.store.annotation_tables import AnnotationAssignmentRow, AnnotationItemRow, AnnotationTaskRow
@@ -284,4 +284,4 @@ def task_items(store: Store, task_id: str) -> list[AnnotationItemRow]:
 
 def runs_for_tasks(store: Store) -> list[RunRow]:
     """Finished runs an administrator can build tasks from, newest first."""
-    return [run for run in store.list_runs() if run.status == "completed"]
+    return [run for run in store.list_runs() if run.status == RunStatus.COMPLETED]
