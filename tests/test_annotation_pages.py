@@ -153,6 +153,19 @@ def test_admin_pages_refuse_annotators_and_serve_administrators(seeded: SeededRu
     assert created.kind == "pairwise" and created.config["annotators"] == ["dr.ada", "dr.bo"]
     assert any(s.value.startswith(f"Created task {created.id}") for s in app.success)
 
+    app.radio(key="task-kind").set_value("judge-review").run()
+    app.selectbox[0].set_value(seeded.judge_run_a)
+    app.multiselect[0].set_value(["dr.cy"])
+    next(b for b in app.button if b.label == "Create task").click().run()
+    assert not app.exception and not app.error
+    app.radio(key="task-kind").set_value("patient-answers").run()
+    app.multiselect[0].set_value([seeded.ddxplus_run])
+    app.multiselect[1].set_value(["dr.cy"])
+    next(b for b in app.button if b.label == "Create task").click().run()
+    assert not app.exception and not app.error
+    assert [t.kind for t in tasks.list_tasks(current_store())] == ["pairwise", "judge-review", "patient-answers"]
+    assert [len(tasks.task_items(current_store(), t.id)) for t in tasks.list_tasks(current_store())][:2] == [6, 6]
+
     store = current_store()
     for item in answers.my_items(store, "dr.ada", created.id):
         for criterion in created.criteria:
@@ -160,6 +173,7 @@ def test_admin_pages_refuse_annotators_and_serve_administrators(seeded: SeededRu
     results = signed_in(RESULTS, "admin.eve")
     assert not results.exception
     assert [t.value for t in results.title] == ["Annotation results"]
+    results.selectbox(key="results-task").set_value(created.id).run()  # the newest task is shown first
     frame = results.dataframe[0].value
     assert list(frame["criterion"]) == created.criteria and list(frame["ties"]) == [0, 0, 0]
     assert (frame["A wins"] + frame["B wins"] == 6).all()
