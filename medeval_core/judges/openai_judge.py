@@ -185,12 +185,12 @@ class OpenAIDdiJudge:
 
     def _attempt(self, body: dict[str, Any], tokens: int, number: int, on_attempt: AttemptCallback | None,
                  on_call: CallCallback | None = None) -> DdiVerdict:
-        self.limiter.acquire(tokens)
-        started = time.monotonic()
         status: int | None = None
         usage: Any = None
         try:
-            raw = self._client.chat.completions.with_raw_response.create(**body)
+            with self.limiter.slot(tokens):
+                started = time.monotonic()
+                raw = self._client.chat.completions.with_raw_response.create(**body)
             status = raw.status_code
             content = message_content(raw)
             usage = _usage(raw)
