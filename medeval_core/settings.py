@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 import medeval_core
 from medeval_core.files import read_json
+from medeval_core.redaction import register_secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -303,14 +304,16 @@ def _env_kwargs(environ: Mapping[str, str]) -> dict[str, Any]:
 def api_key(env_name: str) -> str | None:
     """The secret named ``env_name``: the environment first, then Streamlit secrets when the app runs."""
     value = os.environ.get(env_name)
-    if value:
-        return value
-    try:
-        import streamlit as st
+    if not value:
+        try:
+            import streamlit as st
 
-        return st.secrets.get(env_name)
-    except Exception:  # noqa: BLE001 - no secrets file, or not inside Streamlit: both mean "not set"
-        return None
+            value = st.secrets.get(env_name)
+        except Exception:  # noqa: BLE001 - no secrets file, or not inside Streamlit: both mean "not set"
+            value = None
+    # Whatever reads a key registers it, so that an error echoing it is redacted wherever it is written.
+    register_secret(value)
+    return value
 
 
 def _package_version(name: str) -> str | None:

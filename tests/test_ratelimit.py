@@ -51,9 +51,8 @@ def test_budget_is_used_in_full_once_the_window_after_the_responses_has_passed()
 
     def worker() -> None:
         for _ in range(3):
-            with limiter.slot(10):
-                with lock:
-                    admitted.append(time.monotonic())
+            with limiter.slot(10), lock:
+                admitted.append(time.monotonic())
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     started = time.monotonic()
