@@ -90,9 +90,10 @@ def validate_image(data: bytes, name: str = "image", limits: ImageLimits = DEFAU
     if opened.format not in ACCEPTED_FORMATS:
         raise ImageRejected(f"{name} is a {opened.format} file; upload a JPEG, PNG or WebP image instead.")
     if getattr(opened, "is_animated", False):
+        frames = getattr(opened, "n_frames", 2)
         raise ImageRejected(
-            f"{name} is an animated {ACCEPTED_FORMATS[opened.format]} with {opened.n_frames} frames; upload a still "
-            "image (export the frame you want as a JPEG, PNG or WebP)."
+            f"{name} is an animated {ACCEPTED_FORMATS[opened.format]} with {frames} frames; upload a still image "
+            "(export the frame you want as a JPEG, PNG or WebP)."
         )
     width, height = opened.size
     if width * height > limits.max_pixels:
