@@ -645,9 +645,12 @@ def score(patients: PatientSet, predictions: Predictions) -> ScoreReport:
 
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
-    """Metrics as a fixed-width table, one labelled row each (the reference rows print beside a run's)."""
-    header = f"{'':<12}" + "".join(f"{key:>9}" for key in ddx_metrics.METRIC_KEYS)
+    """Metrics as a fixed-width table, one labelled row each (the reference rows print beside a run's); a metric
+    a row lacks (a source that does not report it) shows as '-'."""
+    width = max([12, *(len(label) + 1 for label in rows)])
+    header = f"{'':<{width}}" + "".join(f"{key:>9}" for key in ddx_metrics.METRIC_KEYS)
     lines = [header]
     for label, metrics in rows.items():
-        lines.append(f"{label:<12}" + "".join(f"{metrics[key]:>9.2f}" for key in ddx_metrics.METRIC_KEYS))
+        lines.append(f"{label:<{width}}" + "".join(f"{metrics[key]:>9.2f}" if key in metrics else f"{'-':>9}"
+                                                   for key in ddx_metrics.METRIC_KEYS))
     return "\n".join(lines)
