@@ -236,6 +236,13 @@ def _apply_role_overrides(roles: dict[str, BackendChoice], env: EnvironmentOverr
     return updated
 
 
+def default_data_dir() -> Path:
+    """The data folder when ``MEDEVAL_DATA_DIR`` is not set, for the CLI, the app and the tests alike: the shared
+    folder beside the checkout (``../shared/data``) when there is one, else ``var/data``."""
+    shared = PROJECT_ROOT.parent / "shared" / "data"
+    return shared if shared.is_dir() else DEFAULT_VAR_DIR / "data"
+
+
 def default_db_url() -> str:
     return f"sqlite:///{DEFAULT_VAR_DIR / 'medeval.db'}"
 
@@ -255,7 +262,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         config_dir=config_dir,
         prompts_dir=DEFAULT_PROMPTS_DIR,
-        data_dir=(env.data_dir or DEFAULT_VAR_DIR / "data").resolve(),
+        data_dir=(env.data_dir or default_data_dir()).resolve(),
         db_url=env.db_url or default_db_url(),
         generation=_validated(GenerationSettings, config_dir / "evaluation.json"),
         judges=_judge_settings(config_dir),

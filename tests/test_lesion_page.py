@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from medeval_core import context
+from medeval_core.benchmarks.ddi.images import DEFAULT_LIMITS
 from medeval_core.cli import main
 from medeval_core.plaintext import literal
 from medeval_core.settings import DEFAULT_CONFIG_DIR
@@ -168,6 +170,11 @@ def test_lesion_page_in_headless_chromium(
     assert screenshot.stat().st_size > 20_000
 
 
+def test_the_uploader_limit_is_the_image_check_limit() -> None:
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["maxUploadSize"] * 1024 * 1024 == DEFAULT_LIMITS.max_bytes
+
+
 MARKDOWN_ANSWER = ("See [the atlas](https://evil.example/phish) and ![tracker](http://127.0.0.1:9/beacon.png) "
                    "<img src=x onerror=alert(1)> **bold**\nFinal diagnosis: melanoma")
 MARKDOWN_REFERENCE = "melanoma ![ref](http://127.0.0.1:9/ref-beacon.png)"
@@ -219,6 +226,7 @@ def test_markdown_in_a_model_answer_is_neither_a_link_nor_an_image_in_chromium(
     page.on("request", lambda request: requested.append(request.url))
     page.goto(f"{url}/lesion")
     page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+    page.get_by_text("20MB per file", exact=False).wait_for()  # the uploader advertises the image check limit
     reference = page.get_by_label("Reference diagnosis (optional, given only to the judge)")
     reference.fill(MARKDOWN_REFERENCE)
     reference.press("Enter")
