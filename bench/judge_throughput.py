@@ -8,7 +8,8 @@ tokens, than the budget.
 
 The limiter holds a request's place from admission until one window after its response, so the budget holds
 whatever the delay between admission and arrival; a loaded CPU stretches that delay, so by default one busy
-process per core runs beside the judge (``--cpu-load``).
+process per core runs beside the judge (``--cpu-load``). The server runs in a process of its own, as a provider
+does, so that it does not share the judge's interpreter lock.
 
 To finish in a few minutes the 60 s window is scaled down (15 s by default) with the budgets scaled by the same
 factor, so the request rate limit is the protocol's 3 requests per second. Two scenarios:
@@ -31,8 +32,9 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,23 +100,54 @@ def worst_window(times: list[float], weights: list[int], window_s: float) -> tup
     return most_requests, most_weight
 
 
+def _serve(latency_s: float, commands: Connection) -> None:
+    """The fake provider in its own process (as a real one is), sending back each request's arrival time (the
+    monotonic clock is the machine's, so it compares across processes) and its token estimate."""
+    with FakeOpenAI(verdict_reply("nodular basal cell carcinoma", True, "same"), latency_s=latency_s) as server:
+        commands.send(server.url)
+        commands.recv()
+        commands.send([(r.arrived_at, estimate_tokens(r.body["messages"], r.body["max_tokens"]))
+                       for r in server.chat_requests()])
+
+
+@contextmanager
+def provider(latency_s: float) -> Iterator[tuple[str, Callable[[], list[tuple[float, int]]]]]:
+    """The server's URL, and a call that returns what it received."""
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.Process(target=_serve, args=(latency_s, theirs), daemon=True)
+    process.start()
+    received: list[tuple[float, int]] = []
+
+    def requests() -> list[tuple[float, int]]:
+        if not received:
+            ours.send("stop")
+            received.extend(ours.recv())
+        return received
+
+    try:
+        yield ours.recv(), requests
+    finally:
+        requests()
+        process.join()
+
+
 def scenario(name: str, settings: Settings, latency_s: float, measured_windows: int) -> dict:
     batch = settings.judge_settings("ddi").batch_evaluator_defaults
     window_s = batch.rate_window_seconds
     bound = min(batch.concurrency / latency_s, batch.requests_per_minute / window_s)
     # Enough cases to keep the judge busy past the measured interval.
     count = math.ceil(bound * window_s * (measured_windows + 1)) + batch.concurrency
-    with FakeOpenAI(verdict_reply("nodular basal cell carcinoma", True, "same"), latency_s=latency_s) as server:
-        judge = OpenAIDdiJudge.from_settings(settings, base_url=server.url, model="bench-judge", api_key="bench")
+    with provider(latency_s) as (url, received):
+        judge = OpenAIDdiJudge.from_settings(settings, base_url=url, model="bench-judge", api_key="bench")
         started = time.monotonic()
         report = judge_all(judge, items(count))
         elapsed = time.monotonic() - started
-        requests = server.chat_requests()
-    arrivals = [r.arrived_at - started for r in requests]
+        requests = received()
+    arrivals = [arrived_at - started for arrived_at, _ in requests]
     interval = (window_s, window_s * (1 + measured_windows))
     in_interval = sum(interval[0] <= t < interval[1] for t in arrivals)
     rate = in_interval / (interval[1] - interval[0])
-    tokens = [estimate_tokens(r.body["messages"], r.body["max_tokens"]) for r in requests]
+    tokens = [estimate for _, estimate in requests]
     most_requests, most_tokens = worst_window(arrivals, tokens, window_s)
     violations = int(most_requests > batch.requests_per_minute) + int(most_tokens > batch.tokens_per_minute)
     return {
