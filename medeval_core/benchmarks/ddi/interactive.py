@@ -25,7 +25,7 @@ from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi.images import ValidatedImage
 from medeval_core.benchmarks.ddi.params import DdiParams, SessionParams
-from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, match_label, prompt_for, score_label
+from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, NO_LABEL, Mode, match_label, prompt_for, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
@@ -35,7 +35,6 @@ from medeval_core.settings import GenerationSettings, Settings
 from medeval_core.store import Store, StoreError
 
 CASE_ID = "lesion"
-NO_LABEL = "no label chosen"
 PROGRESS_INTERVAL_S = 0.5
 CANCELLED = "The evaluation was cancelled before it finished."
 
