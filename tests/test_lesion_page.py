@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,12 @@ from streamlit.testing.v1 import AppTest
 
 from medeval_core import context
 from medeval_core.benchmarks.ddi.images import DEFAULT_LIMITS
+from medeval_core.benchmarks.ddi.interactive import CANCELLED
 from medeval_core.cli import main
 from medeval_core.plaintext import literal
 from medeval_core.settings import DEFAULT_CONFIG_DIR
+from medeval_core.store import Store
+from tests.fake_openai import FakeOpenAI, Reply
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
 PAGE = str(Path(__file__).resolve().parent.parent / "views" / "lesion_diagnosis.py")
@@ -241,3 +245,35 @@ def test_markdown_in_a_model_answer_is_neither_a_link_nor_an_image_in_chromium(
     assert not [u for u in requested if "beacon" in u or "evil.example" in u]
     assert page.get_by_text("against 'melanoma ![ref](http://127.0.0.1:9/ref-beacon.png)'").first.is_visible()
     page.screenshot(path=str(artifacts_dir / "lesion_markdown_as_text.png"), full_page=True)
+
+
+@pytest.mark.browser
+def test_a_slow_evaluation_shows_its_stage_and_cancel_stops_it_in_chromium(
+    streamlit_app: Callable[..., str], page: Any, artifacts_dir: Path, data_dir: Path, tmp_path_factory: Any
+) -> None:
+    database = tmp_path_factory.mktemp("cancel") / "medeval.db"
+    with FakeOpenAI(Reply(content="Final diagnosis: melanoma"), latency_s=60.0) as server:
+        url = streamlit_app(MEDEVAL_VLM_BASE_URL=server.url, MEDEVAL_VLM_MODEL="slow-vlm",
+                            MEDEVAL_DB_URL=f"sqlite:///{database}")
+        page.goto(f"{url}/lesion")
+        page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+        page.locator("input[type='file']").set_input_files(str(data_dir / "lesions" / LESION))
+        page.get_by_text(f"{LESION}: 1022x767 JPEG").wait_for()
+        page.get_by_role("button", name="Run").click()
+        page.get_by_text("Generating the answer:").wait_for(timeout=30_000)
+        # The endpoint named in the setup caption is text, not an autolink.
+        shown = server.url.replace("http://", "http:\u2060//")  # with the invisible joiner that breaks the autolink
+        assert page.get_by_text(f"slow-vlm at {shown}").first.is_visible()
+        assert page.get_by_test_id("stMain").locator("a[href*='127.0.0.1']").count() == 0
+        page.screenshot(path=str(artifacts_dir / "lesion_progress.png"), full_page=True)
+        started = time.monotonic()
+        page.get_by_role("button", name="Cancel").click()
+        page.get_by_text("The evaluation was cancelled").wait_for(timeout=15_000)
+        assert time.monotonic() - started < 15  # not the model's 60 s
+    # The interrupted script stores the failure at its next progress update (half a second at most), which may
+    # come just after the new run has drawn the page.
+    store = Store(f"sqlite:///{database}")
+    deadline = time.monotonic() + 5
+    while (run := store.list_runs(benchmark="ddi")[0]).status == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.status == "failed" and run.error == CANCELLED

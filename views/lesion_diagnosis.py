@@ -71,7 +71,7 @@ if st.button("Run", type="primary", key="lesion_run"):
     elapsed = progress.empty()
 
     def show_progress(stage: Stage, seconds: float) -> None:
-        progress.update(label=f"{STAGE_TEXT[stage]}...")
+        progress.update(label=f"{STAGE_TEXT[stage]}...", state="running", expanded=True)
         elapsed.caption(f"{STAGE_TEXT[stage]}: {seconds:.0f} s")
 
     try:
