@@ -61,9 +61,11 @@ def _with_progress(stage: Stage, work: Callable[[], T], on_progress: ProgressCal
     thread = threading.Thread(target=target, name=f"lesion-{stage}", daemon=True)
     started = time.monotonic()
     thread.start()
-    while thread.is_alive():
+    while True:  # reported at least once, however fast the stage
         on_progress(stage, time.monotonic() - started)
         thread.join(PROGRESS_INTERVAL_S)
+        if not thread.is_alive():
+            break
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
