@@ -6,8 +6,6 @@ STAMP := $(VENV)/.installed
 # Installs go through uv (pinned, bootstrapped into the venv by pip); the pinned requirements*.txt stay the source of truth.
 UV_VERSION := 0.13.9
 UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
-# The app and tests find data through MEDEVAL_DATA_DIR; beside a checkout of the project, ../shared/data is the default.
-export MEDEVAL_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/var/data)
 PORT ?= 8501
 
 .PHONY: install run test lint bench clean

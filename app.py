@@ -13,6 +13,7 @@ import streamlit as st
 from medeval_core.annotation.gate import queue_only
 from medeval_core.catalog import ANNOTATION_PAGES, ANNOTATOR_PAGES, pages
 from medeval_core.context import current_settings, current_store
+from medeval_core.plaintext import literal
 from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
 
@@ -54,23 +55,24 @@ def show_status() -> None:
     try:
         settings = current_settings()
     except SettingsError as exc:
-        st.error(f"Settings could not be loaded: {exc}")
+        st.error(f"Settings could not be loaded: {literal(exc)}")
         return
     store = store_status(settings)
     st.subheader("Store")
     if store.reachable:
-        st.caption(f"{store.url}  \n{store.counts.get('runs', 0)} runs, "
+        st.caption(f"{literal(store.url)}  \n{store.counts.get('runs', 0)} runs, "
                    f"{store.counts.get('case_results', 0)} case results")
     else:
-        st.error(f"The store at {store.url} cannot be opened: {store.error}. Check MEDEVAL_DB_URL.")
+        st.error(f"The store at {literal(store.url)} cannot be opened: {literal(store.error)}. Check "
+                 "MEDEVAL_DB_URL.")
     st.subheader("Data")
     for row in data_status_rows(settings):
-        st.markdown(f"{row.icon} **{row.name}**: {row.state}")
+        st.markdown(f"{row.icon} **{literal(row.name)}**: {literal(row.state)}")
     st.subheader("Models")
     for backend in backends_status(settings):
         label = f"{backend.backend} {backend.model}".strip()
         st.markdown(f"{':material/check_circle:' if backend.configured else ':material/cancel:'} "
-                    f"**{backend.role}**: {label}")
+                    f"**{literal(backend.role)}**: {literal(label)}")
 
 
 # Drawn before the page (so it is there even when a page ends with st.stop()) and redrawn after it, so the counts

@@ -1,19 +1,24 @@
-"""DDI judge throughput against a local OpenAI-compatible server with a set latency.
+"""DDI judge throughput against a local OpenAI-compatible server with a set latency, while the CPU is loaded.
 
 The judge should reach at least 90 % of min(concurrency / latency, request budget per second) and never exceed
 its budgets. Both are measured at the server: the throughput is the arrival rate over the steady part of the run
 (from the end of the first window, which a sliding window lets through as one burst, to the end of the measured
-windows), and a violation is any window of the configured length that holds more requests, or more estimated
+windows), and a violation is any window of the configured length that holds more arrivals, or more estimated
 tokens, than the budget.
 
-To finish in well under a minute the 60 s window is scaled down (6 s by default) with the budgets scaled by the
-same factor, so the request rate limit is the protocol's 3 requests per second. Two scenarios:
+The limiter holds a request's place from admission until one window after its response, so the budget holds
+whatever the delay between admission and arrival; a loaded CPU stretches that delay, so by default one busy
+process per core runs beside the judge (``--cpu-load``). The server runs in a process of its own, as a provider
+does, so that it does not share the judge's interpreter lock.
+
+To finish in a few minutes the 60 s window is scaled down (15 s by default) with the budgets scaled by the same
+factor, so the request rate limit is the protocol's 3 requests per second. Two scenarios:
 
 - budget-bound: the protocol's concurrency (16) and the scaled budgets; latency 0.5 s, so the budget binds;
 - concurrency-bound: budgets loosened (60 requests per second, ten times the tokens), so concurrency / latency
   binds.
 
-    .venv/bin/python bench/judge_throughput.py [--latency 0.5] [--window 6] [--json]
+    .venv/bin/python bench/judge_throughput.py [--latency 0.5] [--window 15] [--cpu-load N] [--json]
 
 Exit status 1 when a scenario is below 90 % or any budget was exceeded.
 """
@@ -23,8 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +48,26 @@ from tests.judge_support import judge_all  # noqa: E402
 
 TARGET_RATIO = 0.9
 PROTOCOL_WINDOW_S = 60.0
+
+
+def _spin(stop: multiprocessing.synchronize.Event) -> None:
+    while not stop.is_set():
+        sum(range(10_000))
+
+
+@contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """``processes`` busy processes for the duration of the block."""
+    stop = multiprocessing.Event()
+    workers = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
 
 
 def scaled(settings: Settings, window_s: float, requests: int, tokens: int) -> Settings:
@@ -70,23 +100,54 @@ def worst_window(times: list[float], weights: list[int], window_s: float) -> tup
     return most_requests, most_weight
 
 
+def _serve(latency_s: float, commands: Connection) -> None:
+    """The fake provider in its own process (as a real one is), sending back each request's arrival time (the
+    monotonic clock is the machine's, so it compares across processes) and its token estimate."""
+    with FakeOpenAI(verdict_reply("nodular basal cell carcinoma", True, "same"), latency_s=latency_s) as server:
+        commands.send(server.url)
+        commands.recv()
+        commands.send([(r.arrived_at, estimate_tokens(r.body["messages"], r.body["max_tokens"]))
+                       for r in server.chat_requests()])
+
+
+@contextmanager
+def provider(latency_s: float) -> Iterator[tuple[str, Callable[[], list[tuple[float, int]]]]]:
+    """The server's URL, and a call that returns what it received."""
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.Process(target=_serve, args=(latency_s, theirs), daemon=True)
+    process.start()
+    received: list[tuple[float, int]] = []
+
+    def requests() -> list[tuple[float, int]]:
+        if not received:
+            ours.send("stop")
+            received.extend(ours.recv())
+        return received
+
+    try:
+        yield ours.recv(), requests
+    finally:
+        requests()
+        process.join()
+
+
 def scenario(name: str, settings: Settings, latency_s: float, measured_windows: int) -> dict:
     batch = settings.judge_settings("ddi").batch_evaluator_defaults
     window_s = batch.rate_window_seconds
     bound = min(batch.concurrency / latency_s, batch.requests_per_minute / window_s)
     # Enough cases to keep the judge busy past the measured interval.
     count = math.ceil(bound * window_s * (measured_windows + 1)) + batch.concurrency
-    with FakeOpenAI(verdict_reply("nodular basal cell carcinoma", True, "same"), latency_s=latency_s) as server:
-        judge = OpenAIDdiJudge.from_settings(settings, base_url=server.url, model="bench-judge", api_key="bench")
+    with provider(latency_s) as (url, received):
+        judge = OpenAIDdiJudge.from_settings(settings, base_url=url, model="bench-judge", api_key="bench")
         started = time.monotonic()
         report = judge_all(judge, items(count))
         elapsed = time.monotonic() - started
-        requests = server.chat_requests()
-    arrivals = [r.arrived_at - started for r in requests]
+        requests = received()
+    arrivals = [arrived_at - started for arrived_at, _ in requests]
     interval = (window_s, window_s * (1 + measured_windows))
     in_interval = sum(interval[0] <= t < interval[1] for t in arrivals)
     rate = in_interval / (interval[1] - interval[0])
-    tokens = [estimate_tokens(r.body["messages"], r.body["max_tokens"]) for r in requests]
+    tokens = [estimate for _, estimate in requests]
     most_requests, most_tokens = worst_window(arrivals, tokens, window_s)
     violations = int(most_requests > batch.requests_per_minute) + int(most_tokens > batch.tokens_per_minute)
     return {
@@ -113,8 +174,10 @@ def scenario(name: str, settings: Settings, latency_s: float, measured_windows: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latency", type=float, default=0.5, help="server latency per request, seconds")
-    parser.add_argument("--window", type=float, default=6.0, help="scaled rate window, seconds (protocol: 60)")
+    parser.add_argument("--window", type=float, default=15.0, help="scaled rate window, seconds (protocol: 60)")
     parser.add_argument("--windows", type=int, default=2, help="windows measured after the first")
+    parser.add_argument("--cpu-load", type=int, default=os.cpu_count() or 1,
+                        help="busy processes running beside the judge (default: one per core; 0: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -125,18 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     tokens = max(1, round(batch.tokens_per_minute * factor))
     # Loose enough that neither budget binds: 60 requests per second, ten times the scaled token budget.
     loose_requests, loose_tokens = max(requests, math.ceil(60 * args.window)), tokens * 10
-    results = [
-        scenario("budget-bound", scaled(settings, args.window, requests, tokens), args.latency, args.windows),
-        scenario("concurrency-bound", scaled(settings, args.window, loose_requests, loose_tokens), args.latency,
-                 args.windows),
-    ]
+    with cpu_load(args.cpu_load):
+        results = [
+            scenario("budget-bound", scaled(settings, args.window, requests, tokens), args.latency, args.windows),
+            scenario("concurrency-bound", scaled(settings, args.window, loose_requests, loose_tokens),
+                     args.latency, args.windows),
+        ]
     passed = all(r["ratio"] >= TARGET_RATIO and r["budget_violations"] == 0 and r["failed"] == 0 for r in results)
     if args.json:
-        print(json.dumps({"scale": factor, "passed": passed, "scenarios": results}, indent=2))
+        print(json.dumps({"scale": factor, "cpu_load": args.cpu_load, "passed": passed, "scenarios": results},
+                         indent=2))
     else:
         print(f"Window scaled from {PROTOCOL_WINDOW_S:.0f} s to {args.window:g} s (x{factor:g}); budgets scaled by "
               f"the same factor: {requests} requests and {tokens:,} tokens per window (the protocol's "
-              f"{batch.requests_per_minute} and {batch.tokens_per_minute:,} per minute).")
+              f"{batch.requests_per_minute} and {batch.tokens_per_minute:,} per minute); {args.cpu_load} busy "
+              "process(es) load the CPU.")
         for r in results:
             print(f"{r['scenario']:>18}: {r['measured_per_s']:.2f} req/s of a bound {r['bound_per_s']:.2f} "
                   f"(min(concurrency {r['concurrency']} / latency {r['latency_s']} s, {r['request_budget']} per "

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from medeval_core.redaction import redact_optional
+
+ErrorText = Annotated[str | None, AfterValidator(redact_optional)]
+"""An error message as stored: provider errors can echo the API key, so secrets are removed on the way in."""
 
 
 def utc_now() -> datetime:
@@ -61,7 +66,7 @@ class CaseResult(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     scores: dict[str, Any] = Field(default_factory=dict)
     """Each metric's full score (value, explanation, provenance: judge, model, prompt version)."""
-    error: str | None = None
+    error: ErrorText = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -121,7 +126,7 @@ class ModelCall(BaseModel):
     completion_tokens: int | None = None
     attempt: int = 1
     ok: bool = True
-    error: str | None = None
+    error: ErrorText = None
 
 
 class Judgement(BaseModel):
@@ -137,7 +142,7 @@ class Judgement(BaseModel):
     verdict: dict[str, Any] = Field(default_factory=dict)
     latency_s: float | None = None
     http_status: int | None = None
-    error: str | None = None
+    error: ErrorText = None
 
 
 class CaseRecords(BaseModel):

@@ -30,6 +30,7 @@ from medeval_core.records import (
     RunStatus,
     utc_now,
 )
+from medeval_core.redaction import redact
 from medeval_core.settings import Settings
 from medeval_core.store import Store
 
@@ -126,7 +127,7 @@ def describe_error(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
     message = str(exc) or "no message"
-    return f"{type(exc).__name__}: {message}{where}"
+    return redact(f"{type(exc).__name__}: {message}{where}")
 
 
 class BatchRunner:

@@ -28,6 +28,7 @@ from medeval_core.records import (
     Turn,
     utc_now,
 )
+from medeval_core.redaction import redact
 from medeval_core.service import new_run_config
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
@@ -141,4 +142,4 @@ class Session:
         result = CaseResult(run_id=self.run_id, case_id=self.case_id, repetition=REPETITION,
                             status=CaseStatus.FAILED, error=error, finished_at=utc_now())
         self.store.save_case_records([CaseRecords(result=result)])
-        self.store.update_run(self.run_id, status=RunStatus.FAILED, error=error, finished_at=utc_now())
+        self.store.update_run(self.run_id, status=RunStatus.FAILED, error=redact(error), finished_at=utc_now())

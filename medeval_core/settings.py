@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 import medeval_core
 from medeval_core.files import read_json
+from medeval_core.redaction import register_secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -235,6 +236,13 @@ def _apply_role_overrides(roles: dict[str, BackendChoice], env: EnvironmentOverr
     return updated
 
 
+def default_data_dir() -> Path:
+    """The data folder when ``MEDEVAL_DATA_DIR`` is not set, for the CLI, the app and the tests alike: the shared
+    folder beside the checkout (``../shared/data``) when there is one, else ``var/data``."""
+    shared = PROJECT_ROOT.parent / "shared" / "data"
+    return shared if shared.is_dir() else DEFAULT_VAR_DIR / "data"
+
+
 def default_db_url() -> str:
     return f"sqlite:///{DEFAULT_VAR_DIR / 'medeval.db'}"
 
@@ -254,7 +262,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         config_dir=config_dir,
         prompts_dir=DEFAULT_PROMPTS_DIR,
-        data_dir=(env.data_dir or DEFAULT_VAR_DIR / "data").resolve(),
+        data_dir=(env.data_dir or default_data_dir()).resolve(),
         db_url=env.db_url or default_db_url(),
         generation=_validated(GenerationSettings, config_dir / "evaluation.json"),
         judges=_judge_settings(config_dir),
@@ -303,14 +311,16 @@ def _env_kwargs(environ: Mapping[str, str]) -> dict[str, Any]:
 def api_key(env_name: str) -> str | None:
     """The secret named ``env_name``: the environment first, then Streamlit secrets when the app runs."""
     value = os.environ.get(env_name)
-    if value:
-        return value
-    try:
-        import streamlit as st
+    if not value:
+        try:
+            import streamlit as st
 
-        return st.secrets.get(env_name)
-    except Exception:  # noqa: BLE001 - no secrets file, or not inside Streamlit: both mean "not set"
-        return None
+            value = st.secrets.get(env_name)
+        except Exception:  # noqa: BLE001 - no secrets file, or not inside Streamlit: both mean "not set"
+            value = None
+    # Whatever reads a key registers it, so that an error echoing it is redacted wherever it is written.
+    register_secret(value)
+    return value
 
 
 def _package_version(name: str) -> str | None:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from medeval_core import context
+from medeval_core.settings import default_data_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_DIR = REPO_ROOT / "tests" / "artifacts"
@@ -25,8 +26,9 @@ CHROMIUM_ARGS = [
     "--disable-sync", "--no-first-run", "--disable-quic",
 ]
 
-if not os.environ.get("MEDEVAL_DATA_DIR") and (REPO_ROOT.parent / "shared" / "data").is_dir():
-    os.environ["MEDEVAL_DATA_DIR"] = str(REPO_ROOT.parent / "shared" / "data")
+if not os.environ.get("MEDEVAL_DATA_DIR"):
+    # The rule the CLI and the app apply, so that helpers reading the variable see the same folder.
+    os.environ["MEDEVAL_DATA_DIR"] = str(default_data_dir())
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ import struct
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -24,6 +25,27 @@ def encoded(image: Image.Image, fmt: str, **kwargs: object) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format=fmt, **kwargs)
     return buffer.getvalue()
+
+
+def test_a_16_bit_grayscale_gradient_keeps_its_tones() -> None:
+    gradient = np.tile(np.linspace(0, 65535, 256).round().astype(np.uint16), (64, 1))
+    source = Image.fromarray(gradient)
+    assert source.mode == "I;16"
+    result = validate_image(encoded(source, "PNG"), name="gradient16.png")
+    pixels = np.asarray(result.image)
+    assert pixels.shape == (64, 256, 3) and (pixels[..., 0] == pixels[..., 2]).all()
+    expected = np.round(gradient / 257).astype(np.int64)
+    assert np.abs(pixels[..., 0].astype(np.int64) - expected).max() <= 1
+    assert pixels[0, 0, 0] == 0 and pixels[0, -1, 0] == 255 and 120 <= pixels.mean() <= 135  # not near-white
+    assert result.provenance()["source_mode"] == "I;16"
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP"])
+def test_an_animated_image_is_refused_like_a_gif(fmt: str) -> None:
+    frames = [Image.new("RGB", (32, 32), color) for color in ("red", "blue", "green")]
+    data = encoded(frames[0], fmt, save_all=True, append_images=frames[1:])
+    with pytest.raises(ImageRejected, match=r"animated .* with 3 frames; upload a still image"):
+        validate_image(data, name=f"moving.{fmt.lower()}")
 
 
 def png_bomb(side: int) -> bytes:

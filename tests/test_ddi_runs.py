@@ -157,7 +157,7 @@ def test_classification_mode_scores_in_the_label_space(tmp_path: Path, capsys: p
     matrix = summary["confusion_matrix"]
     cell = {(r, c): matrix["matrix"][i][j] for i, r in enumerate(matrix["rows"])
             for j, c in enumerate(matrix["columns"]) if matrix["matrix"][i][j]}
-    assert cell == {("Melanoma", "Melanoma"): 1, ("Basal Cell Carcinoma", "(no single label)"): 1,
+    assert cell == {("Melanoma", "Melanoma"): 1, ("Basal Cell Carcinoma", "no label chosen"): 1,
                     ("Psoriasis", "Eczema"): 1, ("vitiligo", "vitiligo"): 1}
     assert len(matrix["rows"]) == 23 and len(matrix["columns"]) == 24
 
@@ -354,3 +354,21 @@ def test_run_id_reuse_with_other_parameters_is_refused(
         again = cli_json(capsys, *argv, "--workers", "3")
     assert again["model_run"]["done"] == 6 and again["judge_run"]["done"] == 6
     assert len(server.chat_requests()) == 6
+
+
+def test_classification_reads_a_lower_case_reference_as_its_label_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    responses = tmp_path / "labels.jsonl"
+    responses.write_text("".join(json.dumps(line) + "\n" for line in [
+        {"image_id": "a", "reference": "melanoma", "response": "Final diagnosis: Melanoma"},
+        {"image_id": "b", "reference": "Psoriasis", "response": "Final diagnosis: psoriasis"},
+    ]), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["judge", "ddi", "--responses", str(responses), "--mode", "classification"]) == 0
+    out = capsys.readouterr().out
+    assert "1 reference spelling(s) were read as the candidate label they name ('melanoma' as 'Melanoma')" in out
+    assert "expected 2, done 2, failed 0" in out
+    (run,) = [r for r in context.current_store().list_runs(benchmark="ddi") if r.kind == RunKind.SCORE]
+    correct = {r.case_id: r.metrics["correct"] for r in context.current_store().results(run.id)}
+    assert correct == {"a": True, "b": False}  # an answer must spell the label exactly

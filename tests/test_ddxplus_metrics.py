@@ -46,6 +46,9 @@ def reference_scores(kb_dir: Path, patients_csv: Path, predictions_jsonl: Path) 
         differential = record["differential"]
         if isinstance(differential, list):
             differential = dict(differential)
+        total = sum(differential.values())
+        if total > 0 and abs(total - 1) > 1e-6:  # design.md §3.2: normalised to sum 1 before the cut
+            differential = {name: mass / total for name, mass in differential.items()}
         pred = {name for name, mass in differential.items() if mass > THRESHOLD}
         tp = len(gt & pred)
         ddr = tp / len(gt) * 100 if gt else 0.0
@@ -93,7 +96,7 @@ HAND_PREDICTIONS = [
     {"index": 1, "differential": {}, "inquired": []},
     {"index": 2, "differential": {"URTI": 0.4, "Pneumonia": 0.4, "Bronchitis": 0.2}, "inquired": ["E_91"]},
     {"index": 3, "differential": [["Pneumonia", 0.4], ["URTI", 0.4], ["Bronchitis", 0.2]], "inquired": []},
-    {"index": 4, "differential": {"Croup": 0.01}, "inquired": ["E_56", "E_56"]},
+    {"index": 4, "differential": {"Croup": 0.01, "Bronchiolitis": 0.99}, "inquired": ["E_56", "E_56"]},
 ]
 # Worked by hand from design.md §3.2.
 HAND_EXPECTED = [
@@ -103,8 +106,9 @@ HAND_EXPECTED = [
     {"DDR": 0.0, "DDP": 0.0, "DDF1": 0.0, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 50.0, "IL": 1.0},
     {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 2.0},
     {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 100.0, "PER": 100.0, "IL": 1.0},
-    # E_56_@_0 is the default intensity: not present. P is empty (0.01 is not above the threshold).
-    {"DDR": 0.0, "DDP": 0.0, "DDF1": 0.0, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 3.0},
+    # E_56_@_0 is the default intensity: not present. P is {Bronchiolitis} (Croup's 0.01 is not above the
+    # threshold); E_56 asked twice is two turns.
+    {"DDR": 50.0, "DDP": 100.0, "DDF1": 200 / 3, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 3.0},
 ]
 
 
@@ -222,7 +226,7 @@ def _random_predictions(names: list[str], codes: list[str], n: int, seed: int) -
             masses[rng.choice(chosen)] = top  # ties at the top
         if rng.random() < 0.05:
             masses["Not a pathology"] = rng.random()
-        inquired = [rng.choice(codes) for _ in range(rng.randint(0, 30))]
+        inquired = [rng.choice(codes) for _ in range(rng.randint(0, 29))]
         if rng.random() < 0.05:
             inquired.append("E_99999")
         differential = list(map(list, masses.items())) if style > 0.9 else masses
@@ -280,6 +284,11 @@ def test_ground_truth_as_prediction_gives_perfect_differential(tmp_path, kb):
     ('{"index": 0}', "needs an object"),
     ('{"index": 99, "differential": {}}', "not a row"),
     ('{"index": 0, "differential": {"URTI": "high"}}', "finite numbers"),
+    ('{"index": 0, "differential": {"URTI": -0.2, "Pneumonia": 1.2}}', "-0.2; masses must be finite numbers of at "
+                                                                        "least 0"),
+    ('{"index": 0, "differential": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested too deeply"),
+    (json.dumps({"index": 0, "differential": {"URTI": 1.0}, "inquired": [f"E_{i}" for i in range(1, 224)]}),
+     "inquires 223 evidences; the protocol allows at most 30 questions"),
     ('{"index": 0, "differential": {}, "inquired": "E_91"}', "list of evidence codes"),
 ])
 def test_bad_prediction_lines_are_named(tmp_path, kb, line, message):
@@ -324,3 +333,39 @@ def test_score_command_reports_a_bad_file_in_one_sentence(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.startswith("error: bad.jsonl line 1 is not valid JSON")
+
+
+def test_a_differential_in_percent_scores_as_the_same_one_in_proportions(tmp_path, kb):
+    """The ground truth given in percent used to score DDP 99.46: masses of 0.5-1 % were kept as above 0.01."""
+    patients = load_patients(sample_csv(), kb)
+    with sample_csv().open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    as_is = [{"index": i, "differential": ast.literal_eval(r["DIFFERENTIAL_DIAGNOSIS"]), "inquired": []}
+             for i, r in enumerate(rows)]
+    percent = [{**line, "differential": [[name, mass * 100] for name, mass in line["differential"]]}
+               for line in as_is]
+    proportions = score(patients, read_predictions(_write_jsonl(tmp_path / "gt.jsonl", as_is), patients))
+    predictions = read_predictions(_write_jsonl(tmp_path / "percent.jsonl", percent), patients)
+    in_percent = score(patients, predictions)
+    assert in_percent.metrics == pytest.approx(proportions.metrics, abs=1e-9)
+    assert in_percent.metrics["DDP"] == 100.0
+    assert any(f"{len(rows)} differential(s) do not sum to 1" in w and "normalised" in w for w in predictions.warnings)
+    assert not any("normalised" in w for w in read_predictions(tmp_path / "gt.jsonl", patients).warnings)
+
+
+def test_a_repeated_question_counts_as_a_turn_with_a_warning(tmp_path, kb):
+    patients = load_patients(write_patients(tmp_path / "p.csv", HAND_PATIENTS), kb)
+    lines = [{"index": 1, "differential": {"URTI": 1.0}, "inquired": ["E_91", "E_91_@_V_1", "E_201"]},
+             {"index": 2, "differential": {"Pneumonia": 1.0}, "inquired": ["E_91"]}]
+    predictions = read_predictions(_write_jsonl(tmp_path / "p.jsonl", lines), patients)
+    report = score(patients, predictions)
+    assert report.per_patient["IL"][1] == 4.0 and report.per_patient["PER"][1] == 100.0
+    assert any(w.startswith("1 patient(s) inquire the same evidence more than once") for w in predictions.warnings)
+
+
+def test_predictions_that_are_not_utf8_are_named_in_one_line(tmp_path, kb):
+    patients = load_patients(write_patients(tmp_path / "p.csv", HAND_PATIENTS), kb)
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"index": 0, "differential": {"URTI": 1.0}}\n{"index": 1, "differential": {"caf\xe9": 1}}\n')
+    with pytest.raises(PredictionFileError, match=r"^latin1.jsonl line 2 is not UTF-8 text"):
+        read_predictions(path, patients)

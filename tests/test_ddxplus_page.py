@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from medeval_core import context, service
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.catalog import pages
+from medeval_core.plaintext import literal
 from medeval_core.records import RunKind, RunStatus
 
 PAGE = str(Path(__file__).resolve().parent.parent / "views" / "ddxplus_walkthrough.py")
@@ -54,13 +55,13 @@ def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:
     ask(app, "fever", "E_91")
     ask(app, "cough", "E_201")
     assert metric(app, "Questions asked") == "2 / 30"
-    answers = [m.markdown[0].value for m in app.chat_message if m.name == "assistant"]
+    answers = [m.text[0].value for m in app.chat_message if m.name == "assistant"]
     assert answers == ["No", "No"]
 
     # The teacher's hint names a question not asked yet.
     app.button(key="ddx_hint").click().run()
     hint = app.info[0].value
-    assert hint.startswith("KB-Bayes would ask **E_") and "E_91:" not in hint
+    assert hint.startswith("KB-Bayes would ask **E\\_") and "E\\_91:" not in hint
 
     # A reload (a new session on the same URL) continues the same consultation.
     reloaded = open_page({"walkthrough": walk_id})
@@ -75,9 +76,10 @@ def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:
     assert "Result" in [s.value for s in reloaded.subheader]
     assert metric(reloaded, "GTPA@1") == "100.0" and metric(reloaded, "IL") == "4"
     assert metric(reloaded, "DDP") == "100.0"
-    assert any(m.value == "**True pathology:** Acute COPD exacerbation / infection" for m in reloaded.markdown)
-    missed = [m.value for m in reloaded.markdown if m.value.startswith("- `")]
-    assert any("`E_77`" in line for line in missed) and not any("`E_79`" in line for line in missed)
+    assert any(m.value == "**True pathology:** " + literal("Acute COPD exacerbation / infection")
+               for m in reloaded.markdown)
+    missed = [m.value for m in reloaded.markdown if m.value.startswith("- E")]
+    assert any(line.startswith("- E\\_77 ") for line in missed) and not any("E\\_79 " in line for line in missed)
     assert reloaded.get("plotly_chart")
 
     store = context.current_store()
@@ -117,7 +119,7 @@ def test_pick_by_pathology_and_entered_masses() -> None:
 
 def test_unknown_walkthrough_id_offers_a_new_one() -> None:
     app = open_page({"walkthrough": "ddxplus-walk-nope"})
-    assert "No walkthrough 'ddxplus-walk-nope' is stored" in app.warning[0].value
+    assert literal("No walkthrough 'ddxplus-walk-nope' is stored") in app.warning[0].value
     assert [s.value for s in app.subheader] == ["Pick a patient"]
 
 
@@ -168,3 +170,25 @@ def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Pa
     screenshot = artifacts_dir / "ddxplus_walkthrough.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
+
+
+def test_an_asked_question_leaves_the_picker_and_cannot_be_asked_again() -> None:
+    app = open_page()
+    app.radio(key="ddx_pick_mode").set_value("index").run()
+    app.number_input(key="ddx_pick_index").set_value(0).run()
+    app.button(key="ddx_start").click().run()
+    ask(app, "fever", "E_91")
+    app.text_input(key="ddx_search").set_value("fever").run()
+    options = app.selectbox(key="ddx_question").options
+    assert options and not any(option.startswith("E_91:") for option in options)
+    # Pressing Ask again asks the question now selected, not E_91 a second time.
+    app.button(key="ddx_ask").click().run()
+    assert not app.error, [e.value for e in app.error]
+    walk = wt.load(context.current_store(), wt.resources(context.current_settings()),
+                   app.query_params["walkthrough"])
+    assert len(walk.asked) == 2 and walk.asked.count("E_91") == 1
+    with pytest.raises(wt.WalkthroughError, match="E_91 is already answered above"):
+        wt.ask(context.current_store(), walk, "E_91_@_V_1")
+    with pytest.raises(wt.WalkthroughError, match="already answered"):
+        wt.ask(context.current_store(), walk, walk.patient.initial_evidence)
+    assert len(walk.asked) == 2

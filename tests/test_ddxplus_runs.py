@@ -137,14 +137,15 @@ def test_run_stores_results_dialogues_and_a_summary_then_resumes_failed_cases(sm
     assert {row.label for row in summary.reference} >= {"AARLC", "BASD"}
     assert all(row.source for row in summary.reference)
     headline = {m.name: m for m in summary.headline}
-    assert headline["GTPA@1"].n == 40 and headline["GTPA@1"].denominator == "planned patients"
+    assert headline["GTPA@1"].n == 40 and headline["GTPA@1"].denominator == "completed patients"
     assert sum(g.metrics[0].n for g in summary.groups if g.dimension == "pathology") == 40
     # Per-case metrics agree with the vectorised summary.
     for key in METRIC_KEYS:
         assert np.mean([r.metrics[key] for r in results]) == pytest.approx(extras["metrics"][key], abs=1e-9)
 
 
-def test_failed_cases_count_as_empty_predictions_in_the_run_metrics(small_sets, monkeypatch):
+def test_failed_cases_are_counted_apart_from_the_run_metrics(small_sets, monkeypatch):
+    """design.md §3.2: a failed consultation is not averaged in as an empty differential with IL 1."""
     test_csv, train_csv = small_sets
     settings = current_settings()
     store = current_store()
@@ -153,9 +154,13 @@ def test_failed_cases_count_as_empty_predictions_in_the_run_metrics(small_sets, 
     _failing(monkeypatch, {case.case_id for i, case in enumerate(cases) if i % 2})
     run_id = service.launch("ddxplus", params, settings, store).run_id
     summary = service.summarize_run(store, run_id, settings)
-    assert summary.extras["finished"] == 5 and summary.extras["failed"] == 5
-    assert summary.extras["metrics"]["GTPA"] == pytest.approx(summary.extras["metrics_completed"]["GTPA"] / 2)
-    assert summary.metric("GTPA (completed)").n == 5
+    assert summary.extras["finished"] == 5 and summary.extras["failed"] == 5 and summary.counts.failed == 5
+    ok = [r for r in store.results(run_id) if r.ok]
+    for key in METRIC_KEYS:
+        assert summary.metric(key).n == 5 and summary.metric(key).denominator == "completed patients"
+        assert summary.metric(key).value == pytest.approx(np.mean([r.metrics[key] for r in ok]), abs=1e-9)
+    assert min(r.metrics["IL"] for r in ok) > 1 and summary.metric("IL").value > 1
+    assert any("5 consultation(s) failed" in note for note in summary.notes)
 
 
 def _run(*args, env=None):
@@ -171,6 +176,11 @@ def test_run_command_prints_reference_rows_and_json(small_sets):
     assert text.returncode == 0, text.stderr
     assert "AARLC" in text.stdout and "BASD" in text.stdout and "this run" in text.stdout
     assert "12 of 12 patients finished" in text.stdout
+    # Every reference row names its source: the NeurIPS 2022 figures and the arXiv v2 preprint's apart.
+    lines = text.stdout.splitlines()
+    assert any(line.startswith("AARLC [1] ") for line in lines)
+    assert any(line.startswith("AARLC (arXiv v2) [2] ") for line in lines)
+    assert "[1] Fansi Tchango et al., NeurIPS 2022" in text.stdout and "[2] arXiv v2 preprint" in text.stdout
     # The same id again resumes (nothing left to do) and prints the same metrics as JSON.
     again = _run(*base, "--json")
     assert again.returncode == 0, again.stderr

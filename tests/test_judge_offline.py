@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from medeval_core.judges.ddi import DdiJudgeItem, DdiVerdict, accuracy_summary
 from medeval_core.judges.offline import JUDGE_NAME, OfflineDdiJudge
-from medeval_core.judges.ratelimit import SlidingWindowLimiter
 from medeval_core.prompts import PromptError, fill, load_labels, load_prompt
 from medeval_core.records import RunConfig
 from medeval_core.settings import load_settings
@@ -150,42 +147,6 @@ def test_verdict_schema_is_strict() -> None:
         DdiVerdict(predicted_diagnosis="", correct=True, reason="r")
     with pytest.raises(ValueError):
         DdiVerdict(predicted_diagnosis="x", correct=False, reason="  ")
-
-
-def admissions_per_window(times: list[float], window_s: float) -> int:
-    times = sorted(times)
-    return max(sum(1 for u in times if t <= u < t + window_s) for t in times)
-
-
-def test_limiter_keeps_a_rolling_request_budget_across_threads() -> None:
-    limiter = SlidingWindowLimiter(max_requests=4, max_tokens=10_000, window_s=0.3, guard_s=0.0)
-    admitted: list[float] = []
-    lock = threading.Lock()
-
-    def worker() -> None:
-        for _ in range(3):
-            limiter.acquire(10)
-            with lock:
-                admitted.append(time.monotonic())
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(admitted) == 12
-    assert admissions_per_window(admitted, 0.3) == 4
-    assert time.monotonic() - started >= 0.6  # 12 admissions at 4 per window need three windows
-
-
-def test_limiter_reserves_tokens_and_refuses_an_impossible_request() -> None:
-    limiter = SlidingWindowLimiter(max_requests=100, max_tokens=100, window_s=0.2, guard_s=0.0)
-    assert limiter.acquire(60) < 0.05
-    waited = limiter.acquire(60)
-    assert waited >= 0.19
-    with pytest.raises(ValueError, match="never be sent"):
-        limiter.acquire(101)
 
 
 def test_prompt_fill_is_one_pass_and_literal() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from medeval_core import context
+from medeval_core.benchmarks.ddi.images import DEFAULT_LIMITS
+from medeval_core.benchmarks.ddi.interactive import CANCELLED
 from medeval_core.cli import main
+from medeval_core.plaintext import literal
 from medeval_core.settings import DEFAULT_CONFIG_DIR
+from medeval_core.store import Store
+from tests.fake_openai import FakeOpenAI, Reply
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
 PAGE = str(Path(__file__).resolve().parent.parent / "views" / "lesion_diagnosis.py")
@@ -62,15 +69,16 @@ def test_upload_run_with_tiny_model_and_offline_judge(
     assert not app.info, "a configured model needs no setup hint"
     app.file_uploader(key="lesion_upload").upload(LESION, (data_dir / "lesions" / LESION).read_bytes(), "image/jpeg")
     app.run()
-    assert app.get("image")[0].proto.imgs[0].caption == f"{LESION}: 1022x767 JPEG"  # the preview
+    assert app.get("image")[0].proto.imgs[0].caption == literal(f"{LESION}: 1022x767 JPEG")  # the preview
     app.text_input(key="lesion_reference").set_value("melanoma")
     run_button(app).click().run()
     assert not app.exception, app.exception
     assert not app.error, [e.value for e in app.error]
     assert "Result" in [s.value for s in app.subheader]
-    verdict_text = " ".join(m.value for m in app.markdown)
+    verdict_text = " ".join(t.value for t in app.text)
     assert "Incorrect against 'melanoma'" in verdict_text or "Correct against 'melanoma'" in verdict_text
-    assert any("offline-rules-v1" in c.value for c in app.caption)
+    assert app.status[0].label == "Done"  # the progress box of the run
+    assert any("offline\\-rules\\-v1" in c.value for c in app.caption)  # shown as literal text
 
     store = context.current_store()
     (run,) = [r for r in store.list_runs(benchmark="ddi") if r.label == "Lesion page (open)"]
@@ -100,7 +108,7 @@ def test_without_a_model_the_page_explains_setup_and_judges_a_pasted_answer() ->
     app.text_area(key="lesion_pasted").set_value("Pearly papule with telangiectasia.\nFinal diagnosis: nodular BCC")
     run_button(app).click().run()
     assert not app.exception and not app.error, [e.value for e in app.error]
-    verdict_text = " ".join(m.value for m in app.markdown)
+    verdict_text = " ".join(t.value for t in app.text)
     assert "Correct against 'basal-cell-carcinoma-nodular'" in verdict_text
 
     # A second evaluation: classification, pasted, scored in the label space; both appear in the session list.
@@ -109,7 +117,7 @@ def test_without_a_model_the_page_explains_setup_and_judges_a_pasted_answer() ->
     app.text_area(key="lesion_pasted").set_value("Asymmetric, multicoloured.\nFinal diagnosis: Melanoma")
     run_button(app).click().run()
     assert not app.exception and not app.error
-    assert "Correct against 'Melanoma'" in " ".join(m.value for m in app.markdown)
+    assert "Correct against 'Melanoma'" in " ".join(t.value for t in app.text)
     rows = app.dataframe[0].value
     assert list(rows["task"]) == ["classification", "open"]
     assert list(rows["judge"]) == ["exact-label", "offline-rules-v1"]
@@ -164,3 +172,108 @@ def test_lesion_page_in_headless_chromium(
     screenshot = artifacts_dir / "lesion_diagnosis.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 20_000
+
+
+def test_the_uploader_limit_is_the_image_check_limit() -> None:
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["maxUploadSize"] * 1024 * 1024 == DEFAULT_LIMITS.max_bytes
+
+
+MARKDOWN_ANSWER = ("See [the atlas](https://evil.example/phish) and ![tracker](http://127.0.0.1:9/beacon.png) "
+                   "<img src=x onerror=alert(1)> **bold**\nFinal diagnosis: melanoma")
+MARKDOWN_REFERENCE = "melanoma ![ref](http://127.0.0.1:9/ref-beacon.png)"
+
+
+def markdown_bodies(app: AppTest) -> list[str]:
+    """Every string the page hands to Streamlit as Markdown (markdown, captions, alerts)."""
+    return [e.value for kind in (app.markdown, app.caption, app.error, app.warning, app.info, app.success)
+            for e in kind]
+
+
+def test_model_and_user_text_is_shown_as_plain_text() -> None:
+    app = open_page()
+    app.text_input(key="lesion_reference").set_value(MARKDOWN_REFERENCE)
+    app.text_area(key="lesion_pasted").set_value(MARKDOWN_ANSWER)
+    run_button(app).click().run()
+    assert not app.exception, app.exception
+    texts = [t.value for t in app.text]
+    assert MARKDOWN_ANSWER in texts  # the response, verbatim
+    assert any(f"against {MARKDOWN_REFERENCE!r}" in t for t in texts)
+    for body in markdown_bodies(app):
+        # No unescaped link, image or tag: a bracket, parenthesis or angle bracket always follows a backslash.
+        for at, char in enumerate(body):
+            if char in "[]()<>!" and ("evil" in body or "beacon" in body):
+                assert at > 0 and body[at - 1] == "\\", body
+
+
+def test_classification_says_no_label_chosen_and_that_there_is_no_nevus_class() -> None:
+    app = open_page()
+    app.radio(key="lesion_mode").set_value("classification").run()
+    labels = app.selectbox(key="lesion_reference_label").options
+    assert len(labels) == 24 and "Melanoma" in labels and "melanoma" not in labels  # "(none)" and the 23 labels
+    assert any("no nevus" in c.value for c in app.caption)
+    app.selectbox(key="lesion_reference_label").set_value("Melanoma")
+    app.text_area(key="lesion_pasted").set_value("A long rationale about a benign mole.\nFinal diagnosis: nevus")
+    run_button(app).click().run()
+    assert not app.exception, app.exception
+    final = app.text[0].value
+    assert final == "no label chosen", final
+    assert any(t.value == "Incorrect against 'Melanoma'" for t in app.text)
+
+
+@pytest.mark.browser
+def test_markdown_in_a_model_answer_is_neither_a_link_nor_an_image_in_chromium(
+    streamlit_app: Callable[..., str], page: Any, artifacts_dir: Path
+) -> None:
+    url = streamlit_app()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(f"{url}/lesion")
+    page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+    page.get_by_text("20MB per file", exact=False).wait_for()  # the uploader advertises the image check limit
+    reference = page.get_by_label("Reference diagnosis (optional, given only to the judge)")
+    reference.fill(MARKDOWN_REFERENCE)
+    reference.press("Enter")
+    answer = page.get_by_role("textbox", name="Model response")  # the expander is open without a model
+    answer.fill(MARKDOWN_ANSWER)
+    answer.press("Control+Enter")
+    page.get_by_role("button", name="Run").click()
+    page.get_by_text("Saved as run").wait_for()
+    page.get_by_text("Final diagnosis: melanoma").first.wait_for()
+    assert page.locator("a[href*='evil.example']").count() == 0
+    assert page.locator("img[src*='beacon']").count() == 0
+    assert not [u for u in requested if "beacon" in u or "evil.example" in u]
+    assert page.get_by_text("against 'melanoma ![ref](http://127.0.0.1:9/ref-beacon.png)'").first.is_visible()
+    page.screenshot(path=str(artifacts_dir / "lesion_markdown_as_text.png"), full_page=True)
+
+
+@pytest.mark.browser
+def test_a_slow_evaluation_shows_its_stage_and_cancel_stops_it_in_chromium(
+    streamlit_app: Callable[..., str], page: Any, artifacts_dir: Path, data_dir: Path, tmp_path_factory: Any
+) -> None:
+    database = tmp_path_factory.mktemp("cancel") / "medeval.db"
+    with FakeOpenAI(Reply(content="Final diagnosis: melanoma"), latency_s=60.0) as server:
+        url = streamlit_app(MEDEVAL_VLM_BASE_URL=server.url, MEDEVAL_VLM_MODEL="slow-vlm",
+                            MEDEVAL_DB_URL=f"sqlite:///{database}")
+        page.goto(f"{url}/lesion")
+        page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+        page.locator("input[type='file']").set_input_files(str(data_dir / "lesions" / LESION))
+        page.get_by_text(f"{LESION}: 1022x767 JPEG").wait_for()
+        page.get_by_role("button", name="Run").click()
+        page.get_by_text("Generating the answer:").wait_for(timeout=30_000)
+        # The endpoint named in the setup caption is text, not an autolink.
+        shown = server.url.replace("http://", "http:\u2060//")  # with the invisible joiner that breaks the autolink
+        assert page.get_by_text(f"slow-vlm at {shown}").first.is_visible()
+        assert page.get_by_test_id("stMain").locator("a[href*='127.0.0.1']").count() == 0
+        page.screenshot(path=str(artifacts_dir / "lesion_progress.png"), full_page=True)
+        started = time.monotonic()
+        page.get_by_role("button", name="Cancel").click()
+        page.get_by_text("The evaluation was cancelled").wait_for(timeout=15_000)
+        assert time.monotonic() - started < 15  # not the model's 60 s
+    # The interrupted script stores the failure at its next progress update (half a second at most), which may
+    # come just after the new run has drawn the page.
+    store = Store(f"sqlite:///{database}")
+    deadline = time.monotonic() + 5
+    while (run := store.list_runs(benchmark="ddi")[0]).status == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.status == "failed" and run.error == CANCELLED

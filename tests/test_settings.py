@@ -122,3 +122,26 @@ def test_runtime_versions_name_the_libraries_that_shape_results() -> None:
     versions = runtime_versions()
     assert versions["torch"].startswith("2.13.0")
     assert versions["transformers"] and versions["python"] and versions["medeval"]
+
+
+def test_the_data_folder_is_found_by_one_rule_for_the_cli_and_the_app(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from medeval_core import settings as settings_module
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.setattr(settings_module, "PROJECT_ROOT", checkout)
+    monkeypatch.setattr(settings_module, "DEFAULT_VAR_DIR", checkout / "var")
+    assert load_settings(environ={}).data_dir == (checkout / "var" / "data").resolve()
+    (tmp_path / "shared" / "data").mkdir(parents=True)  # the layout `make run` used to look for on its own
+    assert load_settings(environ={}).data_dir == (tmp_path / "shared" / "data").resolve()
+    chosen = tmp_path / "elsewhere"
+    assert load_settings(environ={"MEDEVAL_DATA_DIR": str(chosen)}).data_dir == chosen.resolve()
+
+
+def test_the_readme_runs_the_cli_with_the_virtualenv_interpreter() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    blocks = readme.split("```bash")[1:]
+    commands = [line for block in blocks for line in block.split("```")[0].splitlines() if "medeval_core" in line]
+    assert commands and all(line.startswith(".venv/bin/python -m medeval_core ") for line in commands), commands
+    assert "source .venv/bin/activate" in readme

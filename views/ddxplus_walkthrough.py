@@ -7,6 +7,7 @@ from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError
 from medeval_core.context import current_settings, current_store
 from medeval_core.metrics.ddxplus import METRIC_KEYS
+from medeval_core.plaintext import literal
 
 PICK_MODES = {"random": "At random", "pathology": "At random, with a given pathology", "index": "By row"}
 SEXES = {"M": "male", "F": "female"}
@@ -21,7 +22,7 @@ store = current_store()
 try:
     res = wt.resources(settings)
 except wt.WalkthroughError as exc:
-    st.info(str(exc))
+    st.info(literal(exc))
     st.stop()
 
 walk = None
@@ -30,7 +31,7 @@ if walk_id:
     try:
         walk = wt.load(store, res, walk_id, settings)
     except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+        st.warning(literal(exc))
 
 if walk is None:
     st.subheader("Pick a patient")
@@ -41,12 +42,12 @@ if walk is None:
     elif mode == "index":
         index = int(st.number_input("Row of the patients file (0-based)", min_value=0,
                                     max_value=int(res.patients.rows.max()), step=1, key="ddx_pick_index"))
-    st.caption(f"{len(res.patients)} patients from {res.patients_file.name}.")
+    st.caption(literal(f"{len(res.patients)} patients from {res.patients_file.name}."))
     if st.button("Start walkthrough", type="primary", key="ddx_start"):
         try:
             new_id = wt.start(store, settings, res, wt.pick_patient(res, mode, pathology=pathology, index=index))
         except wt.WalkthroughError as exc:
-            st.error(str(exc))
+            st.error(literal(exc))
         else:
             st.query_params["walkthrough"] = new_id
             st.rerun()
@@ -58,7 +59,8 @@ left, middle, right = st.columns(3)
 left.metric("Age", patient.age)
 middle.metric("Sex", SEXES.get(patient.sex, patient.sex))
 right.metric("Questions asked", f"{len(walk.asked)} / {walk.max_questions}")
-st.markdown(f"**Reason for consulting** ({intake.initial_evidence}): {intake.initial_question} — **yes**")
+st.markdown(f"**Reason for consulting** ({literal(intake.initial_evidence)}): {literal(intake.initial_question)} "
+            "— **yes**")
 st.caption(f"Walkthrough {walk.id} on row {patient.row}; the link in the address bar brings it back.")
 
 st.subheader("Dialogue")
@@ -67,16 +69,16 @@ if not turns:
     st.caption("No question yet.")
 for number, turn in enumerate(turns, start=1):
     with st.chat_message("user", avatar=":material/stethoscope:"):
-        st.markdown(f"**{number}.** {turn.payload['question']} `{turn.payload['root']}`")
+        st.markdown(f"**{number}.** {literal(turn.payload['question'])} ({literal(turn.payload['root'])})")
     with st.chat_message("assistant", avatar=":material/person:"):
-        st.markdown(turn.payload["answer"])
+        st.text(turn.payload["answer"])
 
 if not walk.finished:
     st.subheader("Ask a question")
     query = st.text_input("Search the questions", key="ddx_search", placeholder="e.g. fever, pain, cough, travel")
-    matches = res.kb.search_questions(query, limit=len(res.kb.roots)) if query.strip() else res.kb.roots
+    matches = wt.questions_to_ask(res, walk, query)
     if not matches:
-        st.caption("No question matches; try another word.")
+        st.caption("No question left to ask matches; try another word.")
     else:
         code = st.selectbox(f"Question ({len(matches)} matching)", matches, key="ddx_question",
                             format_func=lambda c: f"{c}: {res.kb.question_text(c)}")
@@ -85,18 +87,18 @@ if not walk.finished:
             try:
                 wt.ask(store, walk, code)
             except (wt.WalkthroughError, EpisodeError) as exc:
-                st.error(str(exc))
+                st.error(literal(exc))
             else:
                 st.rerun()
         if hint_col.button("What would KB-Bayes ask next?", key="ddx_hint"):
             hint = wt.suggest(res, walk)
-            leading = ", ".join(f"{name} {mass:.0%}" for name, mass in hint.leading[:3])
+            leading = literal(", ".join(f"{name} {mass:.0%}" for name, mass in hint.leading[:3]))
             if hint.root is None:
                 st.info(f"KB-Bayes would stop here and diagnose ({hint.phase}). Its leading pathologies: {leading}.")
             else:
                 reason = ("it best separates the pathologies still likely" if hint.phase == "pathology"
                           else "it best separates the differentials of patients with the leading pathology")
-                st.info(f"KB-Bayes would ask **{hint.root}: {hint.question}**, because {reason} "
+                st.info(f"KB-Bayes would ask **{literal(hint.root)}: {literal(hint.question)}**, because {reason} "
                         f"(gain {hint.information_gain:.3f}). Its leading pathologies: {leading}.")
             st.caption("The KB-Bayes teacher reads the KB and learnt from the sample patients (this one included).")
 
@@ -116,7 +118,7 @@ if not walk.finished:
             differential = masses if weights == "masses" else wt.ranks_to_masses(chosen)
             wt.submit(store, walk, differential)
         except (wt.WalkthroughError, EpisodeError) as exc:
-            st.error(str(exc))
+            st.error(literal(exc))
         else:
             st.rerun()
 else:
@@ -125,14 +127,14 @@ else:
     columns = st.columns(len(METRIC_KEYS))
     for column, key in zip(columns, METRIC_KEYS, strict=True):
         column.metric(key, f"{metrics[key]:.0f}" if key == "IL" else f"{metrics[key]:.1f}")
-    st.markdown(f"**True pathology:** {patient.pathology}")
+    st.markdown(f"**True pathology:** {literal(patient.pathology)}")
     rows = wt.comparison_rows(res, walk)
     st.plotly_chart(wt.comparison_figure(rows), key="ddx_comparison")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="ddx_comparison_table")
     missed = wt.missed_questions(res, walk)
     st.markdown("**Evidences you did not ask about**" if missed else "**You asked about every positive evidence.**")
     for code, question in missed:
-        st.markdown(f"- `{code}` {question}")
+        st.markdown(f"- {literal(code)} {literal(question)}")
     st.caption(f"Saved as run {walk.id}.")
     if st.button("Start another walkthrough", key="ddx_again"):
         del st.query_params["walkthrough"]

@@ -5,6 +5,7 @@ import streamlit as st
 
 from medeval_core.catalog import pages
 from medeval_core.context import current_settings
+from medeval_core.plaintext import literal
 from medeval_core.settings import SettingsError, runtime_versions
 from medeval_core.status import backends_status, data_status_rows, store_status
 
@@ -28,11 +29,11 @@ if len(pages()) == 2:
 try:
     settings = current_settings()
 except SettingsError as exc:
-    st.error(f"Settings could not be loaded: {exc}")
+    st.error(f"Settings could not be loaded: {literal(exc)}")
     st.stop()
 
 st.header("Data sources")
-st.caption(f"Looked up under `{settings.data_dir}` (set `MEDEVAL_DATA_DIR` to change it).")
+st.caption(f"Looked up under {literal(settings.data_dir)} (set `MEDEVAL_DATA_DIR` to change it).")
 st.table(
     pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)])
     .set_index("name")
@@ -54,10 +55,10 @@ st.table(
 st.header("Store")
 store = store_status(settings)
 if store.reachable:
-    st.write(f"`{store.url}`")
+    st.text(store.url)
     st.table(pd.DataFrame([store.counts], index=["rows"]))
 else:
-    st.error(f"The store at `{store.url}` cannot be opened ({store.error}). Check `MEDEVAL_DB_URL`.")
+    st.error(f"The store at {literal(store.url)} cannot be opened ({literal(store.error)}). Check `MEDEVAL_DB_URL`.")
 
 with st.expander("Effective settings and versions"):
     st.write(f"Settings hash `{settings.settings_hash()}`")

@@ -6,12 +6,15 @@ import streamlit as st
 from medeval_core.backends.vlm import VlmBackendError
 from medeval_core.benchmarks.ddi.images import UPLOAD_TYPES, ImageRejected, validate_image
 from medeval_core.benchmarks.ddi.interactive import (
+    STAGE_TEXT,
+    Stage,
     evaluate_upload,
     model_setup,
     new_session_id,
     session_evaluations,
 )
 from medeval_core.context import current_settings, current_store
+from medeval_core.plaintext import literal
 from medeval_core.prompts import PromptError, load_labels
 from medeval_core.settings import SettingsError
 
@@ -26,8 +29,9 @@ store = current_store()
 session_id = st.session_state.setdefault("lesion_session", new_session_id())
 setup = model_setup(settings)
 if setup.configured:
-    st.caption(f"Tested model: {setup.message}. Judge: {setup.judge}.")
+    st.caption(f"Tested model: {literal(setup.message)}. Judge: {literal(setup.judge)}.")
 else:
+    # The setup message is medeval's own text, with the variable names to set.
     st.info(f"{setup.message} Until then you can paste a response from any system below and have it judged.")
 
 upload = st.file_uploader("Lesion image (JPEG, PNG or WebP)", type=UPLOAD_TYPES, key="lesion_upload")
@@ -36,15 +40,19 @@ if upload is not None:
     try:
         image = validate_image(upload.getvalue(), name=upload.name)
     except ImageRejected as exc:
-        st.error(str(exc))
+        st.error(literal(exc))
     else:
-        st.image(image.image, caption=f"{image.name}: {image.width}x{image.height} {image.format}", width=360)
+        st.image(image.image, caption=literal(f"{image.name}: {image.width}x{image.height} {image.format}"),
+                 width=360)
 
 mode = st.radio("Task", list(MODES), format_func=MODES.get, key="lesion_mode", horizontal=True)
 if mode == "classification":
     labels = load_labels(prompts_dir=settings.prompts_dir)
     reference = st.selectbox("Reference diagnosis (optional)", ["", *labels], key="lesion_reference_label",
-                             format_func=lambda label: label or "(none)")
+                             format_func=lambda label: label or "(none)",
+                             help="The task's label space: the reference is one of its 23 labels.")
+    st.caption(f"The {len(labels)} candidate labels have no nevus (mole) class: a benign naevus can only be "
+               "answered with one of these labels or with none.")
 else:
     reference = st.text_input("Reference diagnosis (optional, given only to the judge)", key="lesion_reference",
                               placeholder="e.g. melanoma-in-situ")
@@ -54,16 +62,28 @@ with st.expander("Judge a response from another system", expanded=not setup.conf
 greedy = st.toggle("Greedy decoding", key="lesion_greedy", help="Off: the protocol's sampling (temperature 0.7, "
                    "top-p 0.9, seed 42).")
 
+if st.session_state.get("lesion_cancel"):
+    st.warning("The evaluation was cancelled; it is saved as a failed session run.")
 if st.button("Run", type="primary", key="lesion_run"):
-    with st.spinner("Running the model and the judge..."):
-        try:
-            evaluation = evaluate_upload(settings, store, session_id, mode, image, reference=reference,
-                                         pasted_response=pasted, greedy=greedy)
-        except (ValueError, VlmBackendError, SettingsError, PromptError) as exc:
-            st.error(str(exc))
-        else:
-            st.session_state.setdefault("lesion_runs", []).append(evaluation.run_id)
-            st.session_state["lesion_latest"] = evaluation.run_id
+    progress = st.status("Starting...", expanded=True)
+    # Clicking Cancel asks Streamlit for a rerun, which interrupts the script at the next progress update.
+    progress.button("Cancel", key="lesion_cancel")
+    elapsed = progress.empty()
+
+    def show_progress(stage: Stage, seconds: float) -> None:
+        progress.update(label=f"{STAGE_TEXT[stage]}...", state="running", expanded=True)
+        elapsed.caption(f"{STAGE_TEXT[stage]}: {seconds:.0f} s")
+
+    try:
+        evaluation = evaluate_upload(settings, store, session_id, mode, image, reference=reference,
+                                     pasted_response=pasted, greedy=greedy, on_progress=show_progress)
+    except (ValueError, VlmBackendError, SettingsError, PromptError) as exc:
+        progress.update(label="Stopped", state="error")
+        st.error(literal(exc))
+    else:
+        progress.update(label="Done", state="complete", expanded=False)
+        st.session_state.setdefault("lesion_runs", []).append(evaluation.run_id)
+        st.session_state["lesion_latest"] = evaluation.run_id
 
 latest = st.session_state.get("lesion_latest")
 evaluations = session_evaluations(store, st.session_state.get("lesion_runs", []))
@@ -71,21 +91,21 @@ current = next((e for e in evaluations if e.run_id == latest), None)
 if current is not None:
     st.subheader("Result")
     for warning in current.model_warnings:
-        st.warning(warning)
+        st.warning(literal(warning))
     left, right = st.columns(2)
     left.markdown("**Final diagnosis**")
-    left.write(current.final_diagnosis or "(none identified)")
+    left.text(current.final_diagnosis or "(none identified)")
     right.markdown("**Judge verdict**")
     if current.verdict is not None:
-        right.write(("Correct" if current.verdict["correct"] else "Incorrect") + f" against {current.reference!r}")
-        right.caption(f"{current.verdict['reason']} ({current.judge})")
+        right.text(("Correct" if current.verdict["correct"] else "Incorrect") + f" against {current.reference!r}")
+        right.caption(literal(f"{current.verdict['reason']} ({current.judge})"))
     elif current.judge_error:
-        right.error(f"The judge gave no verdict: {current.judge_error}")
+        right.error(literal(f"The judge gave no verdict: {current.judge_error}"))
     else:
-        right.write("Not judged: no reference diagnosis was given.")
+        right.text("Not judged: no reference diagnosis was given.")
     st.markdown("**Rationale (model response)**")
     st.text(current.response)
-    st.caption(f"Saved as run {current.run_id} ({current.response_source} response).")
+    st.caption(literal(f"Saved as run {current.run_id} ({current.response_source} response)."))
 
 if evaluations:
     st.subheader("This session's evaluations")

@@ -16,6 +16,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from medeval_core.benchmark import messages_sha256
 from medeval_core.records import ModelCall
+from medeval_core.redaction import redact
 from medeval_core.settings import api_key
 
 CallRecorder = Callable[[ModelCall], None]
@@ -92,13 +93,13 @@ class CompletionClient:
             ) from exc
         except openai.APIConnectionError as exc:
             raise self.error(
-                f"Could not reach {self.base_url} after {self.max_attempts} attempts ({exc}); check that the "
-                "server is running and the URL ends with /v1."
+                f"Could not reach {self.base_url} after {self.max_attempts} attempts ({redact(str(exc))}); check "
+                "that the server is running and the URL ends with /v1."
             ) from exc
         except openai.APIStatusError as exc:
             raise self.error(
                 f"The endpoint {self.base_url} answered HTTP {exc.status_code} for model {self.model!r}: "
-                f"{exc.message}"
+                f"{redact(exc.message)}"
             ) from exc
         if not response.choices or response.choices[0].message.content is None:
             raise self.error(f"The endpoint {self.base_url} returned no text for model {self.model!r}.")

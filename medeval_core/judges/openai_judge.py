@@ -30,6 +30,7 @@ from medeval_core.judges.ddi import (
 from medeval_core.judges.ratelimit import SlidingWindowLimiter
 from medeval_core.prompts import fill, load_prompt
 from medeval_core.records import ModelCall
+from medeval_core.redaction import redact, register_secret
 from medeval_core.settings import JudgeRequestSettings, Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -100,7 +101,8 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException, limit: int = 500) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    """One line for the stored attempt and the error raised: a provider's body can echo the key, so redacted."""
+    text = redact(f"{type(exc).__name__}: {exc}")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -128,6 +130,7 @@ class OpenAIDdiJudge:
         self.limiter = SlidingWindowLimiter(batch.requests_per_minute, batch.tokens_per_minute,
                                             batch.rate_window_seconds)
         self._sleep = sleep
+        register_secret(api_key)
         self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=request.timeout_seconds,
                               max_retries=request.sdk_max_retries)
 
@@ -185,12 +188,12 @@ class OpenAIDdiJudge:
 
     def _attempt(self, body: dict[str, Any], tokens: int, number: int, on_attempt: AttemptCallback | None,
                  on_call: CallCallback | None = None) -> DdiVerdict:
-        self.limiter.acquire(tokens)
-        started = time.monotonic()
         status: int | None = None
         usage: Any = None
         try:
-            raw = self._client.chat.completions.with_raw_response.create(**body)
+            with self.limiter.slot(tokens):
+                started = time.monotonic()
+                raw = self._client.chat.completions.with_raw_response.create(**body)
             status = raw.status_code
             content = message_content(raw)
             usage = _usage(raw)

@@ -1,6 +1,8 @@
 """DDXPlus metrics with the per-patient semantics of design.md §3.2, vectorised over all patients at once.
 
 Per patient (percentages 0-100):
+- A predicted distribution is normalised to sum 1 first (``normalised_masses``): the official agents output a
+  softmax, so a differential given in percent, or unnormalised scores, would otherwise be cut at the wrong place.
 - GT and P are the ground-truth and predicted pathologies with mass strictly greater than ``THRESHOLD`` (0.01);
   explicit 0.0 entries and masses of exactly 0.01 are out.
 - DDR = |GT ∩ P| / |GT|, DDP = |GT ∩ P| / |P|, DDF1 = 2·DDR·DDP / (DDR + DDP); each is 0 when its denominator is.
@@ -36,6 +38,8 @@ import numpy as np
 from scipy import sparse
 
 THRESHOLD = 0.01
+SUM_TOLERANCE = 1e-6
+"""A distribution whose masses sum to 1 within this is left as it is (dividing would move masses across the cut)."""
 METRIC_KEYS = ("DDR", "DDP", "DDF1", "GTPA", "GTPA@1", "PER", "IL")
 _BITS = 64
 
@@ -202,6 +206,17 @@ class GroundTruth:
                    n_present=_popcount(present_bits).astype(np.float64), threshold=threshold)
 
 
+def normalised_masses(bounds: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each patient's masses (patient i's are ``mass[bounds[i]:bounds[i+1]]``) divided by their sum where that sum
+    is positive and not 1, and the (patients,) mask of those rescaled."""
+    counts: np.ndarray = np.diff(np.asarray(bounds, dtype=np.int64)).astype(np.int64)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    totals = np.bincount(owner, weights=mass, minlength=len(counts))
+    rescaled = (totals > 0) & (np.abs(totals - 1.0) > SUM_TOLERANCE)
+    scale = np.where(rescaled, totals, 1.0)
+    return np.where(rescaled[owner], mass / scale[owner], mass), rescaled
+
+
 def per_patient(truth: GroundTruth, pred: Entries, inquired: Any, n_questions: np.ndarray) -> dict[str, np.ndarray]:
     """Per-patient metric arrays (one value per patient), percentages except IL.
 
@@ -239,8 +254,11 @@ def patient_metrics(
     """The same metrics for one patient, in plain Python (a consultation's own score costs microseconds).
 
     gt, pred: (pathology, mass) in listing order; present, inquired: root sets, the initial evidence in
-    ``inquired``.
+    ``inquired``. ``pred`` is normalised to sum 1 as ``normalised_masses`` does.
     """
+    total = sum(mass for _, mass in pred)
+    if total > 0 and abs(total - 1.0) > SUM_TOLERANCE:
+        pred = [(name, mass / total) for name, mass in pred]
     gt_set = {name for name, mass in gt if mass > threshold}
     pred_set = {name for name, mass in pred if mass > threshold}
     tp = len(gt_set & pred_set)

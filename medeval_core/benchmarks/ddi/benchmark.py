@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from medeval_core.backends.vlm import VlmBackend, make_vlm_backend
 from medeval_core.benchmark import (
@@ -39,7 +39,7 @@ from medeval_core.benchmark import (
     Scorer,
     Solver,
 )
-from medeval_core.benchmarks.ddi.cases import DDI_METADATA, CaseSourceError, DdiCase, load_cases
+from medeval_core.benchmarks.ddi.cases import DDI_METADATA, SKIN_TONES, CaseSourceError, DdiCase, load_cases
 from medeval_core.benchmarks.ddi.images import load_image_file
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
@@ -81,6 +81,26 @@ class ResponseLine(BaseModel):
     skin_tone: int | None = None
     malignant: bool | None = None
 
+    @field_validator("image_id", "reference")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+    @field_validator("skin_tone")
+    @classmethod
+    def _fitzpatrick_group(cls, value: int | None) -> int | None:
+        if value is not None and value not in SKIN_TONES:
+            raise ValueError("must be 12, 34 or 56 (Fitzpatrick groups)")
+        return value
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "line"
+    return f"{where} {first['msg'].removeprefix('Value error, ')}"
+
 
 # Other tools write the same three fields under DDI's column names or as case ids / model outputs.
 RESPONSE_KEY_ALIASES = {
@@ -105,17 +125,31 @@ def load_responses(path: Path) -> tuple[list[DdiCase], dict[str, str]]:
     """Cases and responses from JSON Lines with an image id, a reference and a response (see RESPONSE_KEY_ALIASES)."""
     if not path.is_file():
         raise CaseSourceError(f"Responses file {path} does not exist.")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad_line = data.count(b"\n", 0, exc.start) + 1
+        raise CaseSourceError(f"{path.name} line {bad_line} is not UTF-8 text; save the responses file as "
+                              "UTF-8.") from None
     cases: list[DdiCase] = []
     responses: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
-            line = ResponseLine.model_validate(_canonical_keys(json.loads(raw)))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise CaseSourceError(
-                f"{path.name} line {number} is not a JSON object with image_id, reference and response ({exc})."
-            ) from exc
+            record = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise CaseSourceError(f"{path.name} line {number} is not a JSON object ({reason}); write one object "
+                                  "with image_id, reference and response per line.") from None
+        if not isinstance(record, dict):
+            raise CaseSourceError(f"{path.name} line {number} is a JSON {type(record).__name__}, not an object with "
+                                  "image_id, reference and response.")
+        try:
+            line = ResponseLine.model_validate(_canonical_keys(record))
+        except ValidationError as exc:
+            raise CaseSourceError(f"{path.name} line {number}: {_one_line(exc)}; fix that line.") from None
         if line.image_id in responses:
             raise CaseSourceError(f"{path.name} line {number} repeats image_id {line.image_id!r}.")
         cases.append(DdiCase(case_id=line.image_id, image_path="", reference=line.reference,

@@ -3,14 +3,17 @@
 DDI format (Stanford Diverse Dermatology Images): ``ddi_metadata.csv`` with ``DDI_ID, DDI_file, skin_tone,
 malignant, disease`` next to the image files. Skin tone groups are 12 (Fitzpatrick I-II), 34 (III-IV) and 56
 (V-VI). Any other CSV works when it names its image and reference columns (common names are recognised).
+
+Image paths are relative to the images folder and must stay inside it: a row naming ``../..`` or an absolute path
+is refused, so a shared CSV cannot make medeval open files elsewhere on the machine.
 """
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
 from pathlib import Path
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from medeval_core.benchmark import BenchmarkError
@@ -52,10 +55,10 @@ class CaseSource(BaseModel):
     limit: int | None = None
 
 
-def _pick(columns: list[str], explicit: str | None, guesses: tuple[str, ...], role: str, csv: Path) -> str:
+def _pick(columns: list[str], explicit: str | None, guesses: tuple[str, ...], role: str, csv_path: Path) -> str:
     if explicit is not None:
         if explicit not in columns:
-            raise CaseSourceError(f"{csv} has no column {explicit!r} for the {role}; its columns are "
+            raise CaseSourceError(f"{csv_path} has no column {explicit!r} for the {role}; its columns are "
                                   f"{', '.join(columns)}.")
         return explicit
     lowered = {column.lower(): column for column in columns}
@@ -63,8 +66,8 @@ def _pick(columns: list[str], explicit: str | None, guesses: tuple[str, ...], ro
         if guess.lower() in lowered:
             return lowered[guess.lower()]
     option = "--image-column" if role == "image file" else "--reference-column"
-    raise CaseSourceError(f"{csv} has no recognisable {role} column (columns: {', '.join(columns)}); name it with "
-                          f"{option}.")
+    raise CaseSourceError(f"{csv_path} has no recognisable {role} column (columns: {', '.join(columns)}); name it "
+                          f"with {option}.")
 
 
 def _malignant(value: str, row: int) -> bool | None:
@@ -91,49 +94,92 @@ def _skin_tone(value: str, row: int) -> int | None:
     return tone
 
 
+def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The header and the (line number, row) pairs of a CSV, every field a string; blank lines are skipped.
+
+    The csv module rather than pandas: pandas takes a first column for the index when every row has one field
+    more than the header, which shifts every value into the wrong column without a word.
+    """
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle)
+            lines = [(reader.line_num, row) for row in reader]
+    except UnicodeDecodeError as exc:
+        raise CaseSourceError(f"{path} is not UTF-8 text (byte {exc.start} cannot be read); save it as a UTF-8 "
+                              "CSV file.") from None
+    except csv.Error as exc:
+        raise CaseSourceError(f"{path} is not a readable CSV file ({exc}); check its quoting.") from None
+    rows = [(number, row) for number, row in lines if any(field.strip() for field in row)]
+    if not rows:
+        raise CaseSourceError(f"{path} is empty; it needs a header row (e.g. DDI_file,disease) and one row per "
+                              "image.")
+    (_, header), body = rows[0], rows[1:]
+    header = [name.strip() for name in header]
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise CaseSourceError(f"{path} names the column {repeated[0]!r} twice in its header; keep one.")
+    for number, row in body:
+        if len(row) != len(header):
+            raise CaseSourceError(
+                f"{path} line {number} has {len(row)} fields but the header has {len(header)}; quote any field "
+                "that contains a comma, or fix the row."
+            )
+    return header, [(number, dict(zip(header, row, strict=True))) for number, row in body]
+
+
+def confined_image(images_dir: Path, file_name: str, csv_path: Path, number: int) -> Path:
+    """The image path a CSV row names, resolved (symbolic links and ``..`` too); refused outside ``images_dir``."""
+    root = images_dir.resolve()
+    path = (root / file_name).resolve()
+    if not path.is_relative_to(root):
+        raise CaseSourceError(
+            f"{csv_path} line {number} names the image {file_name!r}, which is outside the images folder {root}; "
+            "list image files by their name inside that folder."
+        )
+    return path
+
+
 def load_cases(source: CaseSource) -> list[DdiCase]:
     images_dir = Path(source.images_dir)
     if not images_dir.is_dir():
         raise CaseSourceError(f"Images folder {images_dir} does not exist.")
-    csv = Path(source.metadata) if source.metadata else images_dir / DDI_METADATA
-    if not csv.is_file():
-        raise CaseSourceError(f"Metadata file {csv} does not exist; pass --metadata with the CSV of images and "
-                              "reference diagnoses.")
-    try:
-        frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CaseSourceError(f"{csv} is not a readable CSV file ({exc}).") from exc
-    columns = [str(column) for column in frame.columns]
-    image_column = _pick(columns, source.image_column, IMAGE_COLUMN_GUESSES, "image file", csv)
-    reference_column = _pick(columns, source.reference_column, REFERENCE_COLUMN_GUESSES, "reference diagnosis", csv)
+    csv_path = Path(source.metadata) if source.metadata else images_dir / DDI_METADATA
+    if not csv_path.is_file():
+        raise CaseSourceError(f"Metadata file {csv_path} does not exist; pass --metadata with the CSV of images "
+                              "and reference diagnoses.")
+    columns, rows = read_rows(csv_path)
+    image_column = _pick(columns, source.image_column, IMAGE_COLUMN_GUESSES, "image file", csv_path)
+    reference_column = _pick(columns, source.reference_column, REFERENCE_COLUMN_GUESSES, "reference diagnosis",
+                             csv_path)
     id_column = "DDI_ID" if "DDI_ID" in columns else None
 
     cases: list[DdiCase] = []
     missing: list[str] = []
-    for index, row in enumerate(frame.to_dict("records"), start=2):  # row 1 is the header
+    for index, row in rows:
         file_name = row[image_column].strip()
         reference = row[reference_column].strip()
         if not file_name or not reference:
-            raise CaseSourceError(f"{csv} row {index} has an empty {image_column!r} or {reference_column!r}.")
-        path = images_dir / file_name
+            raise CaseSourceError(f"{csv_path} line {index} has an empty {image_column!r} or "
+                                  f"{reference_column!r}.")
+        path = confined_image(images_dir, file_name, csv_path, index)
         if not path.is_file():
             missing.append(file_name)
             continue
         cases.append(
             DdiCase(
                 case_id=row[id_column].strip() if id_column else file_name,
-                image_path=str(path.resolve()),
+                image_path=str(path),
                 reference=reference,
                 skin_tone=_skin_tone(row["skin_tone"], index) if "skin_tone" in row else None,
                 malignant=_malignant(row["malignant"], index) if "malignant" in row else None,
             )
         )
     if missing:
-        raise CaseSourceError(f"{len(missing)} images listed in {csv.name} are not in {images_dir} "
+        raise CaseSourceError(f"{len(missing)} images listed in {csv_path.name} are not in {images_dir} "
                               f"(e.g. {', '.join(missing[:3])}); fix the folder or the CSV.")
     duplicates = sorted(case_id for case_id, n in Counter(case.case_id for case in cases).items() if n > 1)
     if duplicates:
-        raise CaseSourceError(f"{csv.name} lists these ids more than once: {', '.join(duplicates[:5])}.")
+        raise CaseSourceError(f"{csv_path.name} lists these ids more than once: {', '.join(duplicates[:5])}.")
     if not cases:
-        raise CaseSourceError(f"{csv} lists no images.")
+        raise CaseSourceError(f"{csv_path} lists no images; add one row per image under its header.")
     return cases[: source.limit] if source.limit else cases

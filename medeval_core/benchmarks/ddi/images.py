@@ -3,7 +3,9 @@
 Uploads on the page and files of a batch run go through ``validate_image``. Anything unusable raises
 ``ImageRejected`` whose message is one sentence a clinician can act on. The pixel count is checked from the
 header, before any pixel is decoded, so a decompression bomb (a small file that inflates to gigabytes) is refused
-without being expanded.
+without being expanded. Animated PNG and WebP files are refused like GIFs (which frame a model saw would be a
+guess). High-bit-depth grayscale (16-bit PNG, opened by Pillow as ``I;16``/``I``) is scaled to 8 bits over its
+full range: Pillow's own conversion to RGB clips every value above 255, which turns a 16-bit image near-white.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ import io
 import warnings
 from pathlib import Path
 
+import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field
 
 ACCEPTED_FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP"}
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp"]
+# Integer grayscale modes whose samples span 16 bits (Pillow opens 16-bit PNG grayscale as I;16, some files as I).
+SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+SIXTEEN_BIT_MAX = 65535
 
 
 class ImageRejected(ValueError):
@@ -48,10 +54,13 @@ class ValidatedImage(BaseModel):
     size_bytes: int
     sha256: str
     exif_orientation: int | None
+    source_mode: str = "RGB"
+    """Pillow's mode of the decoded file (``I;16`` for 16-bit grayscale, scaled to 8 bits)."""
 
     def provenance(self) -> dict[str, object]:
         return {"name": self.name, "format": self.format, "width": self.width, "height": self.height,
-                "size_bytes": self.size_bytes, "sha256": self.sha256, "exif_orientation": self.exif_orientation}
+                "size_bytes": self.size_bytes, "sha256": self.sha256, "exif_orientation": self.exif_orientation,
+                "source_mode": self.source_mode}
 
 
 def _megabytes(size: int) -> str:
@@ -80,6 +89,12 @@ def validate_image(data: bytes, name: str = "image", limits: ImageLimits = DEFAU
         raise ImageRejected(f"{name} has a damaged image header ({exc}); upload the original file again.") from exc
     if opened.format not in ACCEPTED_FORMATS:
         raise ImageRejected(f"{name} is a {opened.format} file; upload a JPEG, PNG or WebP image instead.")
+    if getattr(opened, "is_animated", False):
+        frames = getattr(opened, "n_frames", 2)
+        raise ImageRejected(
+            f"{name} is an animated {ACCEPTED_FORMATS[opened.format]} with {frames} frames; upload a still image "
+            "(export the frame you want as a JPEG, PNG or WebP)."
+        )
     width, height = opened.size
     if width * height > limits.max_pixels:
         raise ImageRejected(
@@ -99,7 +114,7 @@ def validate_image(data: bytes, name: str = "image", limits: ImageLimits = DEFAU
         ) from exc
     orientation = opened.getexif().get(0x0112)
     upright = ImageOps.exif_transpose(opened)
-    image = upright.convert("RGB")
+    image = _to_rgb(upright, name)
     return ValidatedImage(
         image=image,
         name=name,
@@ -109,7 +124,22 @@ def validate_image(data: bytes, name: str = "image", limits: ImageLimits = DEFAU
         size_bytes=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
         exif_orientation=int(orientation) if orientation is not None else None,
+        source_mode=opened.mode,
     )
+
+
+def _to_rgb(image: Image.Image, name: str) -> Image.Image:
+    if image.mode in SIXTEEN_BIT_MODES:
+        samples = np.asarray(image, dtype=np.int64)
+        if samples.size and (samples.min() < 0 or samples.max() > SIXTEEN_BIT_MAX):
+            raise ImageRejected(f"{name} holds grayscale values outside 0-{SIXTEEN_BIT_MAX}; export it as an 8-bit "
+                                "or 16-bit PNG.")
+        # 65535 / 257 = 255: the full 16-bit range maps onto the full 8-bit one, rounded.
+        scaled = ((samples * 255 + SIXTEEN_BIT_MAX // 2) // SIXTEEN_BIT_MAX).astype(np.uint8)
+        return Image.fromarray(scaled).convert("RGB")
+    if image.mode == "F":
+        raise ImageRejected(f"{name} holds floating-point samples; export it as an 8-bit or 16-bit PNG.")
+    return image.convert("RGB")
 
 
 def load_image_file(path: Path, limits: ImageLimits = DEFAULT_LIMITS) -> ValidatedImage:

@@ -3,14 +3,21 @@
 Each evaluation is a ``ddi`` session run (``sessions.Session``, kind ``session``, params stage ``interactive``)
 with one case result, so it carries its own settings, model provenance, model calls and judge attempts exactly
 like a batch run, and the page lists a browser session's evaluations by their run ids.
+
+A local model takes tens of seconds per image, so the model and the judge run on a helper thread while the
+caller's ``on_progress`` hears, every half second, which stage is running and for how long. Whatever
+``on_progress`` raises cancels the evaluation at once (the page's Cancel button makes Streamlit raise there): the
+session is stored as failed with "cancelled", and the helper thread's late answer is discarded.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -18,7 +25,7 @@ from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi.images import ValidatedImage
 from medeval_core.benchmarks.ddi.params import DdiParams, SessionParams
-from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, match_label, prompt_for, score_label
+from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, NO_LABEL, Mode, match_label, prompt_for, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
@@ -28,6 +35,40 @@ from medeval_core.settings import GenerationSettings, Settings
 from medeval_core.store import Store, StoreError
 
 CASE_ID = "lesion"
+PROGRESS_INTERVAL_S = 0.5
+CANCELLED = "The evaluation was cancelled before it finished."
+
+Stage = Literal["loading", "generating", "judging"]
+STAGE_TEXT: dict[Stage, str] = {"loading": "Loading the model", "generating": "Generating the answer",
+                                "judging": "Judging the answer"}
+T = TypeVar("T")
+ProgressCallback = Callable[[Stage, float], None]
+"""Called with the running stage and the seconds it has run; raising from it cancels the evaluation."""
+
+
+def _with_progress(stage: Stage, work: Callable[[], T], on_progress: ProgressCallback | None) -> T:
+    """``work()`` on a helper thread, reporting ``stage`` to ``on_progress`` until it is done."""
+    if on_progress is None:
+        return work()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"lesion-{stage}", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    while True:  # reported at least once, however fast the stage
+        on_progress(stage, time.monotonic() - started)
+        thread.join(PROGRESS_INTERVAL_S)
+        if not thread.is_alive():
+            break
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class LesionEvaluation(BaseModel):
@@ -51,14 +92,13 @@ class LesionEvaluation(BaseModel):
 def final_diagnosis(response: str, mode: Mode, settings: Settings, labels: Sequence[str] | None) -> str:
     """The diagnosis the response settles on, for display (the judge's own extraction is shown when it ran)."""
     if mode == "classification" and labels is not None:
-        match = match_label(response, labels)
-        return match.label or match.segment
+        return match_label(response, labels).label or NO_LABEL
     found = OfflineDdiJudge.from_settings(settings).extract(response)
     return found.text if found is not None else ""
 
 
 def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | None, judge: DdiJudge | None,
-             ctx: CaseContext) -> tuple[dict[str, Any], str]:
+             ctx: CaseContext, on_progress: ProgressCallback | None = None) -> tuple[dict[str, Any], str]:
     if mode == "classification":
         assert labels is not None
         score = score_label(response, reference, labels)
@@ -70,8 +110,9 @@ def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | 
                   else "The answer does not select exactly one label with its exact spelling.")
         return {"predicted_diagnosis": selected or "", "correct": score.correct, "reason": reason}, "exact-label"
     assert judge is not None
-    verdict = judge.judge(DdiJudgeItem(case_id=CASE_ID, reference=reference, response=response),
-                          on_attempt=attempt_recorder(judge, ctx.record_judgement), on_call=ctx.record_model_call)
+    verdict = _with_progress("judging", lambda: judge.judge(
+        DdiJudgeItem(case_id=CASE_ID, reference=reference, response=response),
+        on_attempt=attempt_recorder(judge, ctx.record_judgement), on_call=ctx.record_model_call), on_progress)
     return verdict.model_dump(), judge.name
 
 
@@ -86,6 +127,7 @@ def evaluate_lesion(
     pasted_response: str | None = None,
     reference: str | None = None,
     judge: DdiJudge | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> LesionEvaluation:
     """Generate (with ``backend`` and ``image``) or take ``pasted_response``; judge when a reference is given."""
     reference = (reference or "").strip() or None
@@ -114,12 +156,16 @@ def evaluate_lesion(
             response = pasted_response or ""
         else:
             assert backend is not None and image is not None
-            response = backend.generate([image.image], [prompt], generation.model_copy(update={"batch_size": 1}),
-                                        recorders=[ctx.record_model_call])[0]
+            one = generation.model_copy(update={"batch_size": 1})
+            response = _with_progress("generating", lambda: backend.generate(
+                [image.image], [prompt], one, recorders=[ctx.record_model_call])[0], on_progress)
             source, model = "model", backend.describe()
         ctx.record_turn(source, "response", {"chars": len(response)})
     except Exception as exc:
         session.fail(f"{type(exc).__name__}: {exc}")
+        raise
+    except BaseException:
+        session.fail(CANCELLED)
         raise
 
     verdict: dict[str, Any] | None = None
@@ -127,10 +173,13 @@ def evaluate_lesion(
     judge_error: str | None = None
     if reference is not None:
         try:
-            verdict, judge_name = _verdict(mode, reference, response, labels, judge, ctx)
+            verdict, judge_name = _verdict(mode, reference, response, labels, judge, ctx, on_progress)
         except (JudgeError, ValueError) as exc:
             judge_error = str(exc)
             judge_name = judge.name if judge is not None and mode == "open" else None
+        except BaseException:
+            session.fail(CANCELLED)
+            raise
     evaluation = LesionEvaluation(
         run_id=session.run_id, created_at=utc_now(), mode=mode, image=image.provenance() if image else None,
         response_source=source, model=model, model_warnings=(model or {}).get("warnings", []),
@@ -171,6 +220,12 @@ def model_setup(settings: Settings) -> ModelSetup:
     )
 
 
+def _loaded_backend(settings: Settings) -> VlmBackend:
+    backend = make_vlm_backend(settings)
+    backend.describe()  # a local checkpoint loads here (then stays cached), so "loading" is its own stage
+    return backend
+
+
 def evaluate_upload(
     settings: Settings,
     store: Store,
@@ -180,17 +235,19 @@ def evaluate_upload(
     reference: str | None = None,
     pasted_response: str | None = None,
     greedy: bool = False,
+    on_progress: ProgressCallback | None = None,
 ) -> LesionEvaluation:
-    """The page's Run button: the configured model (or the pasted response), then the configured judge."""
+    """The page's Run button: the configured model (or the pasted response), then the configured judge; stages
+    reported to ``on_progress``, which cancels the evaluation by raising."""
     pasted = pasted_response if pasted_response and pasted_response.strip() else None
     if pasted is None and image is None:
         raise ValueError("Upload a lesion image first, or paste a model response to judge.")
-    backend = make_vlm_backend(settings) if pasted is None else None
+    backend = _with_progress("loading", lambda: _loaded_backend(settings), on_progress) if pasted is None else None
     needs_judge = bool(reference and reference.strip()) and mode == "open"
     judge = make_ddi_judge(settings) if needs_judge else None
     generation = greedy_settings(settings.generation) if greedy else settings.generation
     return evaluate_lesion(settings, store, mode, session_id, image=image, backend=backend, generation=generation,
-                           pasted_response=pasted, reference=reference, judge=judge)
+                           pasted_response=pasted, reference=reference, judge=judge, on_progress=on_progress)
 
 
 def session_evaluations(store: Store, run_ids: Sequence[str]) -> list[LesionEvaluation]:

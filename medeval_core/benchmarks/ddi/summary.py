@@ -14,11 +14,11 @@ from typing import Any
 from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
 from medeval_core.benchmarks.ddi.cases import SKIN_TONES, DdiCase
 from medeval_core.benchmarks.ddi.params import DdiParams
+from medeval_core.benchmarks.ddi.tasks import NO_LABEL, canonical_label
 from medeval_core.judges.ddi import accuracy_summary
 from medeval_core.records import CaseResult
 
 TITLE = "DDI lesion diagnosis"
-NO_LABEL = "(no single label)"
 
 
 def _provenance(result: CaseResult) -> dict[str, Any]:
@@ -107,7 +107,19 @@ def summarize_run(params: DdiParams, cases: Sequence[DdiCase], results: Sequence
     groups += [MetricGroup(dimension="malignancy", label=name, metrics=_metrics(values)[1:])
                for name, values in by_malignancy.items()]
     judge = scorer.get("judge") or scorer.get("scorer")
+    notes = [f"scored by {judge}; pending and failed cases are not in accuracy_judged"] if judge else []
+    if params.mode == "classification" and params.labels:
+        notes += mapped_references(cases, params.labels)
     return RunSummary(benchmark="ddi", title=f"{TITLE} ({params.mode})", counts=counts, headline=_metrics(overall),
-                      groups=groups, extras=extras,
-                      notes=[f"scored by {judge}; pending and failed cases are not in accuracy_judged"] if judge
-                      else [])
+                      groups=groups, extras=extras, notes=notes)
+
+
+def mapped_references(cases: Sequence[DdiCase], labels: Sequence[str]) -> list[str]:
+    """A note when references were read as candidate labels spelt otherwise ("melanoma" as "Melanoma")."""
+    mapped = {case.reference: label for case in cases
+              if (label := canonical_label(case.reference, labels)) is not None and label != case.reference}
+    if not mapped:
+        return []
+    examples = ", ".join(f"{reference!r} as {label!r}" for reference, label in list(mapped.items())[:3])
+    return [f"{len(mapped)} reference spelling(s) were read as the candidate label they name ({examples}); the "
+            "answers must still spell the label exactly."]

@@ -21,6 +21,8 @@ from medeval_core.prompts import fill, load_labels, load_prompt
 Mode = Literal["open", "classification"]
 MODES: tuple[Mode, ...] = ("open", "classification")
 DEFAULT_LABELS = "labels_160case"
+NO_LABEL = "no label chosen"
+"""What an answer that names no single candidate label (exactly spelt) is shown and counted as."""
 
 
 def open_prompt(prompts_dir: Path | None = None) -> VlmPrompt:

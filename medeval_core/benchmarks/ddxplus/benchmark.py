@@ -54,7 +54,6 @@ from medeval_core.records import CaseResult, CaseStatus
 from medeval_core.settings import Settings
 
 SCORER = "ddxplus-metrics"
-PLANNED = "planned patients"
 COMPLETED = "completed patients"
 REFERENCE_SOURCE = ("Fansi Tchango et al., NeurIPS 2022, test set of 134,529 patients, as later work quotes it "
                     "(design.md §3.2)")
@@ -316,44 +315,36 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
 
     def summarize(self, params: DDXPlusParams, cases: Sequence[DDXPlusPatient],
                   results: Sequence[CaseResult]) -> RunSummary:
-        """Metrics over every planned patient (a failed or unfinished case counts as an empty differential with
-        no questions, so failures cannot flatter a run), and over the completed patients apart."""
+        """Metrics over the patients whose consultation finished; failed and unfinished ones are counted apart
+        (design.md §3.2), never averaged in as an empty differential with IL 1."""
         patients = self.patient_set(params)
-        position = patients.position
-        everyone = PredictionBuilder(patients)
-        finished: list[tuple[int, CaseResult]] = []
-        for result in results:
-            if result.status != CaseStatus.OK:
-                continue
-            row = int(result.output["index"])
-            everyone.add(position[row], result.output["differential"].items(), result.output["inquired"])
-            finished.append((position[row], result))
-        report = score(patients, everyone.build())
+        finished = [(int(patients.position[int(result.output["index"])]), result) for result in results
+                    if result.status == CaseStatus.OK]
         counts = RunCounts.of(len(patients) * params.repetitions, list(results))
-        headline = [Metric(name=key, value=report.metrics[key], n=len(patients), denominator=PLANNED,
-                           method="mean of per-patient values", unit=metric_unit(key)) for key in METRIC_KEYS]
-        completed: dict[str, float] | None = None
-        if len(finished) == len(patients) and len({p for p, _ in finished}) == len(patients):
-            completed = dict(report.metrics)  # every planned patient finished once: the same set
-        elif finished:
-            done = np.asarray(sorted(p for p, _ in finished))
-            subset = patients.subset(done)
-            builder = PredictionBuilder(subset)
-            for _, result in finished:
-                row = int(result.output["index"])
-                builder.add(subset.position[row], result.output["differential"].items(), result.output["inquired"])
-            completed = score(subset, builder.build()).metrics
-        if completed is not None:
-            headline += [Metric(name=f"{key} (completed)", value=completed[key], n=len(finished),
-                                denominator=COMPLETED, method="mean of per-patient values", unit=metric_unit(key))
-                         for key in METRIC_KEYS]
+        scored = patients
+        if len(finished) != len(patients) or len({p for p, _ in finished}) != len(patients):
+            scored = patients.subset(np.asarray(sorted(p for p, _ in finished), dtype=np.int64))
+        builder = PredictionBuilder(scored)
+        for _, result in finished:
+            row = int(result.output["index"])
+            builder.add(scored.position[row], result.output["differential"].items(), result.output["inquired"])
+        report = score(scored, builder.build()) if finished else None
+        metrics = report.metrics if report is not None else {}
+        headline = [Metric(name=key, value=metrics[key], n=len(finished), denominator=COMPLETED,
+                           method="mean of per-patient values", unit=metric_unit(key))
+                    for key in METRIC_KEYS if key in metrics]
+        per_pathology = report.per_pathology if report is not None else {}
         groups = [MetricGroup(dimension="pathology", label=label,
-                              metrics=[Metric(name=key, value=values[key], n=int(values["n"]), denominator=PLANNED,
-                                                      unit=metric_unit(key)) for key in METRIC_KEYS])
-                  for label, values in report.per_pathology.items()]
+                              metrics=[Metric(name=key, value=values[key], n=int(values["n"]), denominator=COMPLETED,
+                                              unit=metric_unit(key)) for key in METRIC_KEYS])
+                  for label, values in per_pathology.items()]
         notes = [] if params.reads_kb else ["The agent did not read the KB's condition lists."]
         if patients.report.n_skipped:
             notes.append(patients.report.summary())
+        if counts.failed:
+            notes.append(f"{counts.failed} consultation(s) failed: they are counted apart, not in the metrics.")
+        if not finished:
+            notes.append("No consultation has finished yet: there are no metrics.")
         extras: dict[str, Any] = {
             "agent": params.agent,
             "reads_kb": params.reads_kb,
@@ -361,12 +352,10 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
             "finished": len(finished),
             "failed": counts.failed,
             "load_report": patients.report.summary(),
-            "metrics": report.metrics,
-            "per_pathology": report.per_pathology,
+            "metrics": metrics,
+            "per_pathology": per_pathology,
             "reference": REFERENCE_ROWS,
         }
-        if completed is not None:
-            extras["metrics_completed"] = completed
         return RunSummary(
             benchmark=self.name, title=SPEC.title, counts=counts, headline=headline, groups=groups,
             reference=[ReferenceRow(label=label, source=REFERENCE_SOURCE, values=values)

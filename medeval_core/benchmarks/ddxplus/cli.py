@@ -72,12 +72,15 @@ class DDXPlusCli(BenchmarkCli):
               f"({'read' if extras['reads_kb'] else 'did not read'} the KB).")
         if "skipped" in extras["load_report"]:
             print(f"warning: {extras['load_report']}", file=sys.stderr)
-        rows = {"this run": extras["metrics"]}
-        if "metrics_completed" in extras and extras["finished"] != extras["patients"]:
-            rows["completed"] = extras["metrics_completed"]
-        print(format_table({**rows, **extras["reference"]}))
-        print("Reference rows: published test-set figures (134,529 patients). Per-pathology figures: "
-              f"`python -m medeval_core runs show {report.run_id} --json`.")
+        rows = {"this run": extras["metrics"]} if extras["metrics"] else {}
+        sources = list(dict.fromkeys(row.source for row in summary.reference))
+        rows.update({f"{row.label} [{sources.index(row.source) + 1}]": row.values for row in summary.reference})
+        print(format_table(rows))
+        if extras["failed"]:
+            print(f"{extras['failed']} failed consultation(s) are counted apart, not in this run's metrics.")
+        for number, source in enumerate(sources, start=1):
+            print(f"[{number}] {source}")
+        print(f"Per-pathology figures: `python -m medeval_core runs show {report.run_id} --json`.")
 
     def register(self, groups: CommandGroups) -> None:
         score = groups.score.add_parser(

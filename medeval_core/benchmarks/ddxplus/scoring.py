@@ -12,11 +12,15 @@ its root ``E_54``). A missing ``inquired`` means no question was asked.
 Decisions, each reported as a warning:
 - a patient without a prediction line counts as an empty prediction with no questions (IL = 1), so that the
   means stay over all patients;
+- each differential is normalised to sum 1 before the 0.01 cut (design.md §3.2: the official agents output a
+  softmax), so one given in percent scores as the same differential in proportions;
 - a predicted name outside the KB counts in P (it lowers DDP) and never matches the ground truth;
 - an inquired code outside the KB counts as a turn and is never a positive evidence;
+- an evidence inquired twice counts as two turns (IL) and once in PER, as the official ``compute_metrics`` does;
 - a line for a row that the loader skipped is ignored.
-A line that is not valid JSON, lacks ``index``/``differential``, repeats an index, or gives a non-numeric mass
-is an error naming the line: scores from a half-read file would mislead.
+A line that is not UTF-8 or valid JSON, lacks ``index``/``differential``, repeats an index, gives a mass that is
+not a finite number of at least 0, or inquires more than the 30 questions the official agents may ask, is an error
+naming the line: scores from a half-read file would mislead.
 
 Reading is in bulk, like the patients loader: lines in the layout above (keys in that order, ``inquired``
 optional, any spacing) are split on the JSON quote; the separators between strings are checked once per
@@ -42,6 +46,7 @@ import numpy as np
 from medeval_core.benchmark import MetricUnit
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, parse_numbers, shape_table, shapes, spans
+from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS
 from medeval_core.files import text_blocks
 from medeval_core.metrics import ddxplus as ddx_metrics
 
@@ -85,8 +90,9 @@ class ScoreReport:
 
 
 def _mass(value: Any, where: str, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise PredictionFileError(f"{where}: the mass of {name!r} is {value!r}; masses must be finite numbers.")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise PredictionFileError(f"{where}: the mass of {name!r} is {value!r}; masses must be finite numbers of "
+                                  "at least 0.")
     return float(value)
 
 
@@ -141,6 +147,7 @@ class PredictionBuilder:
         self.extra: dict[str, int] = {}
         self.unknown_names: set[str] = set()
         self.unknown_codes: set[str] = set()
+        self.repeated_questions = np.zeros(n, dtype=bool)
         # Name -> column and code -> root (or None), looked up once per distinct string.
         self._columns: dict[str, int] = {}
         self._roots: dict[str, int | None] = {}
@@ -174,6 +181,7 @@ class PredictionBuilder:
         self.inquired[position, self.patients.initial_root[position]] = True
         count = 0
         roots = self._roots
+        asked: set[int] = set()
         for code in inquired:
             count += 1
             if code in roots:
@@ -182,7 +190,10 @@ class PredictionBuilder:
                 root = roots[code] = self.kb.root_index.get(root_of(code))
             if root is None:
                 self.unknown_codes.add(code)
+            elif root in asked:
+                self.repeated_questions[position] = True
             else:
+                asked.add(root)
                 self.inquired[position, root] = True
         self.n_questions[position] = count
 
@@ -223,7 +234,9 @@ class PredictionBuilder:
         roots = root_of_code[code_codes]
         known = roots >= 0
         self.unknown_codes.update(code_table[code] for code in np.unique(code_codes[~known]).tolist())
-        self.inquired[np.repeat(positions, questions)[known], roots[known]] = True
+        asker = np.repeat(np.arange(len(positions)), questions)[known]
+        self.repeated_questions[positions] |= _repeated(asker, roots[known], len(positions))
+        self.inquired[positions[asker], roots[known]] = True
         self.n_questions[positions] = questions
 
     def build(self, warnings: list[str] | None = None) -> Predictions:
@@ -232,11 +245,9 @@ class PredictionBuilder:
         masses = np.concatenate([np.asarray(self._masses, dtype=np.float64)] + [chunk[2] for chunk in self._chunks])
         # Group by patient; the stable sort keeps each patient's listing order.
         grouped = np.argsort(rows, kind="stable")
-        entries = ddx_metrics.Entries(
-            bounds=np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(self.patients)))]),
-            col=cols[grouped],
-            mass=masses[grouped],
-        )
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(self.patients)))])
+        normalised, rescaled = ddx_metrics.normalised_masses(bounds, masses[grouped])
+        entries = ddx_metrics.Entries(bounds=bounds, col=cols[grouped], mass=normalised)
         # Rows never given stay at their defaults: no mass, and the initial evidence as the only inquired root.
         missing = np.flatnonzero(~self.has_line)
         self.inquired[missing, self.patients.initial_root[missing]] = True
@@ -246,6 +257,13 @@ class PredictionBuilder:
             more = "" if missing.size <= 10 else f" and {missing.size - 10} more"
             notes.append(f"{missing.size} patient(s) have no prediction line (rows {shown}{more}); each counts as "
                          "an empty differential with no questions (IL = 1).")
+        if rescaled.any():
+            notes.append(f"{int(rescaled.sum())} differential(s) do not sum to 1 (given in percent, or unnormalised "
+                         "scores); each was normalised to sum 1 before the 0.01 cut, as the official agents' softmax "
+                         "output is.")
+        if self.repeated_questions.any():
+            notes.append(f"{int(self.repeated_questions.sum())} patient(s) inquire the same evidence more than once; "
+                         "each repeat counts as a turn (IL) and once in PER, as the official compute_metrics does.")
         if self.unknown_names:
             notes.append(f"{len(self.unknown_names)} predicted name(s) are not pathologies of the KB "
                          f"({', '.join(sorted(self.unknown_names)[:5])}); they count in the predicted set only.")
@@ -264,6 +282,9 @@ def _parse_line(line: str, where: str, total_rows: int, seen: set[int] | None) -
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise PredictionFileError(f"{where} is not valid JSON ({exc.msg}).") from None
+    except RecursionError:
+        raise PredictionFileError(f"{where} is nested too deeply to be a prediction; write one flat object per "
+                                  "line.") from None
     if not isinstance(record, dict) or "index" not in record or "differential" not in record:
         raise PredictionFileError(f"{where} needs an object with 'index' and 'differential'.")
     index = record["index"]
@@ -276,7 +297,11 @@ def _parse_line(line: str, where: str, total_rows: int, seen: set[int] | None) -
     inquired = record.get("inquired", [])
     if not isinstance(inquired, list) or not all(isinstance(code, str) for code in inquired):
         raise PredictionFileError(f"{where}: 'inquired' must be a list of evidence codes.")
-    return index, _entries(record["differential"], where), inquired
+    entries = _entries(record["differential"], where)
+    if len(inquired) > MAX_QUESTIONS:
+        raise PredictionFileError(f"{where} inquires {len(inquired)} evidences; the protocol allows at most "
+                                  f"{MAX_QUESTIONS} questions per patient, so this line cannot be scored.")
+    return index, entries, inquired
 
 
 def _twice(kb: KnowledgeBase, column: int, name: str) -> str:
@@ -514,6 +539,15 @@ class _Lines:
         return parts
 
 
+def _first_undecodable_line(path: Path) -> int:
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return data.count(b"\n", 0, exc.start) + 1
+    raise AssertionError(f"{path} decodes as UTF-8")
+
+
 def _line_at(path: Path, number: int) -> str:
     with path.open(encoding="utf-8-sig") as handle:
         for at, line in enumerate(handle, start=1):
@@ -530,10 +564,14 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
     lines = _Lines(total_rows)
     first_line = 1
     # Decoded as iterating over the file would: BOM dropped, newlines translated.
-    with path.open(encoding="utf-8-sig") as handle:
-        for text in text_blocks(handle, _BLOCK_CHARS):
-            lines.block(text, first_line)
-            first_line += text.count("\n")
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for text in text_blocks(handle, _BLOCK_CHARS):
+                lines.block(text, first_line)
+                first_line += text.count("\n")
+    except UnicodeDecodeError:
+        raise PredictionFileError(f"{path.name} line {_first_undecodable_line(path)} is not UTF-8 text; save the "
+                                  "predictions as UTF-8 JSON Lines.") from None
     lines.read_slow(path.name)
     parts = lines.arrays()
     index, line = parts["index"], parts["line"]
@@ -548,7 +586,8 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
     np.minimum.at(first_of_row, row, line)
     again = in_range & (first_of_row[row] < line)
     entry_owner = np.repeat(np.arange(len(line)), parts["n_entries"])
-    finite = np.bincount(entry_owner[~np.isfinite(parts["masses"])], minlength=len(line)) == 0
+    masses = parts["masses"]
+    finite = np.bincount(entry_owner[~(np.isfinite(masses) & (masses >= 0))], minlength=len(line)) == 0
     position_of_row = np.full(total_rows + 1, -1, dtype=np.int64)
     position_of_row[patients.rows] = np.arange(len(patients))
     position = position_of_row[row]
@@ -558,7 +597,7 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
     columns = column_of[parts["names"]]
     known = columns >= 0
     twice = _repeated(entry_owner[known], columns[known], len(line)) & scored
-    failing = np.flatnonzero(~in_range | again | ~finite | twice)
+    failing = np.flatnonzero(~in_range | again | ~finite | twice | (parts["n_codes"] > MAX_QUESTIONS))
     candidates = [int(line[failing[0]])] if len(failing) else []
     if lines.first_error is not None:
         candidates.append(lines.first_error)
@@ -606,9 +645,12 @@ def score(patients: PatientSet, predictions: Predictions) -> ScoreReport:
 
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
-    """Metrics as a fixed-width table, one labelled row each (the reference rows print beside a run's)."""
-    header = f"{'':<12}" + "".join(f"{key:>9}" for key in ddx_metrics.METRIC_KEYS)
+    """Metrics as a fixed-width table, one labelled row each (the reference rows print beside a run's); a metric
+    a row lacks (a source that does not report it) shows as '-'."""
+    width = max([12, *(len(label) + 1 for label in rows)])
+    header = f"{'':<{width}}" + "".join(f"{key:>9}" for key in ddx_metrics.METRIC_KEYS)
     lines = [header]
     for label, metrics in rows.items():
-        lines.append(f"{label:<12}" + "".join(f"{metrics[key]:>9.2f}" for key in ddx_metrics.METRIC_KEYS))
+        lines.append(f"{label:<{width}}" + "".join(f"{metrics[key]:>9.2f}" if key in metrics else f"{'-':>9}"
+                                                   for key in ddx_metrics.METRIC_KEYS))
     return "\n".join(lines)

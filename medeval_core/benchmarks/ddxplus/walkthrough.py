@@ -32,7 +32,7 @@ from medeval_core.benchmarks.ddxplus.interaction import (
     Intake,
     open_episode,
 )
-from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb
+from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb, root_of
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, Suggestion
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
@@ -179,10 +179,27 @@ def load(store: Store, res: Resources, walkthrough_id: str, settings: Settings |
                        episode=episode, result=result)
 
 
+def known_roots(walk: Walkthrough) -> set[str]:
+    """The evidences whose answer the person already has: the reason for consulting and every question asked."""
+    return {walk.patient.initial_evidence, *walk.asked}
+
+
+def questions_to_ask(res: Resources, walk: Walkthrough, query: str) -> list[str]:
+    """The questions the picker offers: those matching ``query`` (all without one), less those already answered,
+    so that pressing Ask again cannot repeat the last question."""
+    matches = res.kb.search_questions(query, limit=len(res.kb.roots)) if query.strip() else res.kb.roots
+    known = known_roots(walk)
+    return [code for code in matches if code not in known]
+
+
 def ask(store: Store, walk: Walkthrough, code: str) -> None:
-    """Ask one question; the session stores it as the next turn at once."""
+    """Ask one question; the session stores it as the next turn at once. A question already answered is refused:
+    it would spend one of the 30 questions and count in IL for nothing."""
     if walk.finished:
         raise WalkthroughError("This walkthrough is submitted; start a new one to ask more questions.")
+    root = root_of(str(code).strip())
+    if root in known_roots(walk):
+        raise WalkthroughError(f"{root} is already answered above; pick another question.")
     walk.episode.act(Ask(code=code), actor=ACTOR)
 
 

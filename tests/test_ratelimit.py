@@ -1,0 +1,96 @@
+"""The judge's rate budget as the server counts it: arrivals in any window, whatever the delay before arrival."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from medeval_core.judges.ratelimit import SlidingWindowLimiter
+
+
+def most_in_any_window(times: list[float], window_s: float) -> int:
+    times = sorted(times)
+    return max(sum(1 for u in times if t <= u < t + window_s) for t in times)
+
+
+def test_budget_holds_at_the_server_when_requests_arrive_late() -> None:
+    """Requests reach the server up to 0.15 s after admission (a loaded CPU, a slow connection) and answer
+    0.05 s later: no window of arrivals holds more than the budget."""
+    limiter = SlidingWindowLimiter(max_requests=5, max_tokens=10_000, window_s=0.4)
+    arrivals: list[float] = []
+    lock = threading.Lock()
+    delays = random.Random(7)
+
+    def worker(delay_s: list[float]) -> None:
+        for delay in delay_s:
+            with limiter.slot(10):
+                time.sleep(delay)
+                with lock:
+                    arrivals.append(time.monotonic())
+                time.sleep(0.05)
+
+    # The first request of each worker arrives late, the next ones at once: the pattern that let a window of
+    # admissions turn into a denser window of arrivals.
+    plans = [[0.15] + [delays.uniform(0.0, 0.02) for _ in range(3)] for _ in range(5)]
+    threads = [threading.Thread(target=worker, args=(plan,)) for plan in plans]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(arrivals) == 20
+    assert most_in_any_window(arrivals, 0.4) <= 5
+
+
+def test_budget_is_used_in_full_once_the_window_after_the_responses_has_passed() -> None:
+    limiter = SlidingWindowLimiter(max_requests=4, max_tokens=10_000, window_s=0.3)
+    admitted: list[float] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(3):
+            with limiter.slot(10), lock:
+                admitted.append(time.monotonic())
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(admitted) == 12
+    assert most_in_any_window(admitted, 0.3) == 4
+    elapsed = time.monotonic() - started
+    assert 0.6 <= elapsed < 1.2  # 12 requests at 4 per window need three windows, and not many more
+
+
+def test_a_request_in_flight_holds_its_place_until_it_finishes() -> None:
+    limiter = SlidingWindowLimiter(max_requests=1, max_tokens=100, window_s=0.1)
+    released = threading.Event()
+    waited: list[float] = []
+
+    def second() -> None:
+        with limiter.slot(10) as seconds:
+            waited.append(seconds)
+
+    with limiter.slot(10) as first_wait:
+        assert first_wait < 0.05
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.3)  # three windows, but the first request has not been answered
+        assert not waited
+        released.set()
+    thread.join()
+    assert waited and waited[0] >= 0.3 + 0.1 - 0.02
+
+
+def test_tokens_are_reserved_and_an_impossible_request_is_refused() -> None:
+    limiter = SlidingWindowLimiter(max_requests=100, max_tokens=100, window_s=0.2)
+    with limiter.slot(60) as waited:
+        assert waited < 0.05
+    with limiter.slot(60) as waited:
+        assert waited >= 0.19
+    with pytest.raises(ValueError, match="never be sent"), limiter.slot(101):
+        pass
