@@ -77,6 +77,18 @@ def print_summary(summary: RunSummary, report: RunReport | None = None, file: An
         print(f"note: {note}", file=out)
 
 
+def exit_status(report: RunReport) -> int:
+    """0, or 1 for a run that ended *failed* (every case failed), with the run's error as one line on stderr."""
+    from medeval_core.context import current_store
+    from medeval_core.records import RunStatus
+
+    if report.status != RunStatus.FAILED:
+        return 0
+    error = current_store().get_run(report.run_id).error or "it failed"
+    print(f"error: run {report.run_id} failed: {error}", file=sys.stderr)
+    return 1
+
+
 def _field_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
     """(argparse type, choices) for a simple pydantic field annotation."""
     if get_origin(annotation) is not None and type(None) in get_args(annotation):
@@ -188,7 +200,7 @@ def _run_handler(name: str) -> Any:
             print_json(cli.json_payload(report, summary))
         else:
             cli.print_report(report, summary)
-        return 0
+        return exit_status(report)
 
     return handle
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, print_json, print_summary
+from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, exit_status, print_json, print_summary
 
 if TYPE_CHECKING:
     from medeval_core.settings import Settings
@@ -74,6 +74,17 @@ def register(groups: CommandGroups) -> None:
     rescore.add_argument("--label", default="")
     rescore.add_argument("--json", action="store_true")
     rescore.set_defaults(handler=_rescore)
+
+    worker = groups.top.add_parser(
+        "worker", help="execute a stored run's remaining cases, holding case leases (start several, on one host or "
+                       "many pointed at one database, to share a run)")
+    worker.add_argument("run_id")
+    worker.add_argument("--workers", type=int, help="cases run at once in this process (default: the run's own)")
+    worker.add_argument("--lease-seconds", type=float, default=None,
+                        help="how long this worker's case claims last without a heartbeat (default 30); another "
+                             "worker takes them over after that")
+    worker.add_argument("--json", action="store_true")
+    worker.set_defaults(handler=_resume)
 
     cancel = groups.top.add_parser("cancel", help="ask a running run to stop after its in-flight cases")
     cancel.add_argument("run_id")
@@ -146,13 +157,14 @@ def _resume(args: argparse.Namespace) -> int:
     from medeval_core import service
 
     report = service.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
-                            on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True)
+                            on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True,
+                            lease_s=getattr(args, "lease_seconds", None))
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
         print(f"\n{report.run_id}: {report.status}; done {report.done}, failed {report.failed}, "
               f"pending {report.pending}")
-    return 0
+    return exit_status(report)
 
 
 def _option(text: str) -> tuple[str, object]:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Table, Text, UniqueConstraint, cast, event, func, text
-from sqlalchemy.engine import Engine, Row, make_url
+from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, func, or_, text
+from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
@@ -147,6 +147,45 @@ class AnnotationRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utc_now)
 
 
+class CaseLeaseRow(SQLModel, table=True):
+    """One (case, repetition) of a run's current wave of work. A worker claims queued or expired rows (holding
+    them until ``expires_at``, extended by its heartbeat) and marks them done in the transaction that stores
+    their results; a new wave (a resume when no worker is alive) replaces the run's rows."""
+
+    __tablename__ = "case_leases"
+    __table_args__ = (
+        UniqueConstraint("run_id", "case_id", "repetition", name="uq_lease_run_case_rep"),
+        # A claim reads a run's undone rows in queue order: this index makes it a range scan, not a sort.
+        Index("ix_case_leases_queue", "run_id", "done", "id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    case_id: str
+    repetition: int = 0
+    worker_id: str | None = None
+    expires_at: datetime | None = None
+    attempts: int = 0
+    done: bool = False
+
+
+class RunWorkerRow(SQLModel, table=True):
+    """A process executing a run: alive while ``expires_at`` (its last heartbeat plus the lease time) is ahead
+    and ``finished_at`` is unset."""
+
+    __tablename__ = "run_workers"
+
+    id: str = Field(primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    host: str = ""
+    pid: int = 0
+    threads: int = 1
+    started_at: datetime = Field(default_factory=utc_now)
+    heartbeat_at: datetime = Field(default_factory=utc_now)
+    expires_at: datetime = Field(default_factory=utc_now)
+    finished_at: datetime | None = None
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -159,6 +198,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        # Timestamps are stored without a zone and meant as UTC: the session's zone must not shift them.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c timezone=UTC"})
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     database = parsed.database
@@ -248,7 +290,139 @@ class Store:
         row = self.get_run(run_id)
         if row.status not in (RunStatus.RUNNING, RunStatus.PENDING):
             raise StoreError(f"Run {run_id!r} is {row.status}; only a pending or running run can be cancelled.")
+        if not self.live_workers(run_id):  # nobody would see the request: it is cancelled at once
+            return self.update_run(run_id, status=RunStatus.CANCELLED, finished_at=utc_now())
         return self.update_run(run_id, status=RunStatus.CANCELLING)
+
+    # Case leases and workers ----------------------------------------------------------------------------------
+    # Every process executing a run is a worker (a row in run_workers with a heartbeat). The run's work is a queue
+    # of lease rows; workers claim rows in queue order, extend their claims with the heartbeat, and mark them done
+    # with the results. An expired claim (its worker stopped heart-beating) is claimable again.
+
+    @contextmanager
+    def _write_transaction(self, lock_run: str | None = None) -> Iterator[Connection]:
+        """A write transaction that takes its locks first. SQLite: BEGIN IMMEDIATE takes the database's write lock
+        before the first read, so no two workers read the same free leases. PostgreSQL: ``lock_run`` locks that
+        run's row (joining and finishing a run are serialised); claims lock their rows FOR UPDATE SKIP LOCKED."""
+        with self._write_lock, self.engine.begin() as connection:
+            if self.engine.dialect.name == "sqlite":
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            elif lock_run is not None:
+                runs = _table(RunRow)
+                connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update())
+            yield connection
+
+    def join_run(self, run_id: str, worker: RunWorkerRow, keys: Callable[[], Iterable[tuple[str, int]]],
+                 run_changes: dict[str, Any]) -> bool:
+        """Register ``worker`` on the run. When no other worker is alive, start a new wave: the run's queue becomes
+        every key of ``keys()`` without a finished (ok) result, in that order (failed cases are retried), and
+        ``run_changes`` are applied to the run. Returns whether this worker started the wave (else it joins the
+        wave in progress)."""
+        now = utc_now()
+        workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
+        with self._write_transaction(lock_run=run_id) as connection:
+            alive = connection.execute(select(func.count()).select_from(workers).where(
+                workers.c.run_id == run_id, workers.c.finished_at.is_(None), workers.c.expires_at > now)).scalar()
+            connection.execute(workers.insert(), [worker.model_dump()])
+            if alive:
+                return False
+            results = _table(CaseResultRow)
+            finished = {(case_id, repetition) for case_id, repetition in connection.execute(
+                select(results.c.case_id, results.c.repetition).where(
+                    results.c.run_id == run_id, results.c.status == CaseStatus.OK))}
+            connection.execute(leases.delete().where(leases.c.run_id == run_id))
+            queue = [{"run_id": run_id, "case_id": case_id, "repetition": repetition, "attempts": 0, "done": False}
+                     for case_id, repetition in keys() if (case_id, repetition) not in finished]
+            for start in range(0, len(queue), 5000):
+                connection.execute(leases.insert(), queue[start:start + 5000])
+            runs = _table(RunRow)
+            connection.execute(runs.update().where(runs.c.id == run_id).values(**run_changes))
+        return True
+
+    def claim_cases(self, run_id: str, worker_id: str, limit: int, lease_s: float) -> list[tuple[int, str, int]]:
+        """Claim up to ``limit`` queued or expired cases of the run for ``lease_s`` seconds, in queue order:
+        (lease id, case id, repetition). PostgreSQL skips rows another worker is claiming at this moment
+        (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE)."""
+        now = utc_now()
+        leases = _table(CaseLeaseRow)
+        statement = (select(leases.c.id, leases.c.case_id, leases.c.repetition)
+                     .where(leases.c.run_id == run_id, leases.c.done.is_(False),
+                            or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
+                     .order_by(leases.c.id).limit(limit).with_for_update(skip_locked=True))
+        with self._write_transaction() as connection:
+            rows = [(int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(statement)]
+            if rows:
+                connection.execute(leases.update().where(leases.c.id.in_([row[0] for row in rows])).values(
+                    worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
+                    attempts=leases.c.attempts + 1))
+        return rows
+
+    def heartbeat(self, worker_id: str, lease_s: float) -> None:
+        """The worker is alive: its row and its undone claims expire ``lease_s`` seconds from now."""
+        now = utc_now()
+        expires = now + timedelta(seconds=lease_s)
+        workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
+        with self._write_lock, self.engine.begin() as connection:
+            connection.execute(workers.update().where(workers.c.id == worker_id).values(
+                heartbeat_at=now, expires_at=expires))
+            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done.is_(False))
+                               .values(expires_at=expires))
+
+    def release_cases(self, worker_id: str) -> None:
+        """Give back the worker's undone claims (a cancel or a stop): other workers may claim them at once."""
+        leases = _table(CaseLeaseRow)
+        with self._write_lock, self.engine.begin() as connection:
+            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done.is_(False))
+                               .values(worker_id=None, expires_at=None))
+
+    def finish_worker(self, worker_id: str) -> None:
+        workers = _table(RunWorkerRow)
+        with self._write_lock, self.engine.begin() as connection:
+            connection.execute(workers.update().where(workers.c.id == worker_id).values(finished_at=utc_now()))
+
+    def live_workers(self, run_id: str) -> list[RunWorkerRow]:
+        """The run's workers that are alive: not finished, heartbeat within their lease time."""
+        statement = select(RunWorkerRow).where(RunWorkerRow.run_id == run_id,
+                                               col(RunWorkerRow.finished_at).is_(None),
+                                               col(RunWorkerRow.expires_at) > utc_now())
+        with self.session() as session:
+            return list(session.exec(statement))
+
+    def live_worker_counts(self) -> dict[str, int]:
+        """Live workers per run, for every run at once (the run list)."""
+        statement = (select(RunWorkerRow.run_id, func.count()).where(
+            col(RunWorkerRow.finished_at).is_(None), col(RunWorkerRow.expires_at) > utc_now())
+            .group_by(RunWorkerRow.run_id))
+        with self.session() as session:
+            return dict(session.exec(statement).all())
+
+    def queued_cases(self, run_id: str) -> int:
+        """Cases of the run's current wave not yet done (queued, or claimed by a worker)."""
+        leases = _table(CaseLeaseRow)
+        with self.engine.connect() as connection:
+            return int(connection.execute(select(func.count()).select_from(leases).where(
+                leases.c.run_id == run_id, leases.c.done.is_(False))).scalar() or 0)
+
+    def finish_run(self, run_id: str, final: Callable[[], dict[str, Any]], *, when: str) -> bool:
+        """End the run's wave: under the run's lock, and only when ``when`` holds ("drained": no case of the wave
+        is left undone; "alone": no worker is alive), write ``final()`` (its status with its summary and finish
+        time) and drop the wave's lease rows, all in one transaction: a run is never left finished without its
+        summary. Returns whether it was written."""
+        now = utc_now()
+        workers, leases, runs = _table(RunWorkerRow), _table(CaseLeaseRow), _table(RunRow)
+        with self._write_transaction(lock_run=run_id) as connection:
+            if when == "drained":
+                left = connection.execute(select(func.count()).select_from(leases).where(
+                    leases.c.run_id == run_id, leases.c.done.is_(False))).scalar()
+            else:
+                left = connection.execute(select(func.count()).select_from(workers).where(
+                    workers.c.run_id == run_id, workers.c.finished_at.is_(None),
+                    workers.c.expires_at > now)).scalar()
+            if left:
+                return False
+            connection.execute(runs.update().where(runs.c.id == run_id).values(**final()))
+            connection.execute(leases.delete().where(leases.c.run_id == run_id))
+        return True
 
     # Case results -----------------------------------------------------------------------------------------
 
@@ -284,16 +458,18 @@ class Store:
             session.refresh(row)
         return row
 
-    def save_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
+    def save_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int] = ()) -> list[bool]:
         """Write finished cases (result, turns, judgements, model calls) in one transaction: the runner's group
         commit. Returns, per case, whether it was written; a case already finished (by another worker or an
         earlier attempt) keeps its stored result and records, and a failed one is replaced with its records.
+        ``leases`` (ids from ``claim_cases``) are marked done in the same transaction, so a case is never both
+        stored and still claimable.
         """
         if not batch:
             return []
         for attempt in range(1, 6):
             try:
-                return self._write_case_records(batch)
+                return self._write_case_records(batch, leases)
             except (IntegrityError, OperationalError) as exc:
                 # A concurrent writer stored one of these cases (unique key) or held the lock past the busy
                 # timeout: the next attempt re-reads what is stored and writes only what is still missing.
@@ -301,10 +477,15 @@ class Store:
                     raise StoreError(f"Could not store {len(batch)} case results: {exc.orig}") from exc
         raise AssertionError("unreachable")
 
-    def _write_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
+    def _write_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int]) -> list[bool]:
         run_ids = {item.result.run_id for item in batch}
         results_table = _table(CaseResultRow)
         with self._write_lock, self.engine.begin() as connection:
+            if leases:
+                lease_table = _table(CaseLeaseRow)
+                for start in range(0, len(leases), 900):
+                    connection.execute(lease_table.update().where(lease_table.c.id.in_(leases[start:start + 900]))
+                                       .values(done=True))
             stored: dict[tuple[str, str, int], str] = {}
             for run_id in run_ids:
                 case_ids = sorted({item.result.case_id for item in batch if item.result.run_id == run_id})
@@ -402,6 +583,13 @@ class Store:
         )
         with self.session() as session:
             return {(case_id, repetition) for case_id, repetition in session.exec(statement)}
+
+    def finished_since(self, run_id: str, since: datetime) -> int:
+        """How many of the run's results finished at or after ``since`` (a run's rate since it restarted)."""
+        table = _table(CaseResultRow)
+        with self.engine.connect() as connection:
+            return int(connection.execute(select(func.count()).where(
+                table.c.run_id == run_id, table.c.finished_at >= since)).scalar() or 0)
 
     def result_counts(self, run_id: str) -> dict[str, int]:
         statement = (
@@ -536,7 +724,8 @@ def new_run_id(benchmark: str) -> str:
 
 
 __all__ = [
-    "AnnotationRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow", "RunRow", "Store",
+    "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
+    "RunRow", "RunWorkerRow", "Store",
     "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store", "redact_url", "upgrade",
 ]
 
