@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.records import Case, CaseResult, Judgement, ModelCall, Turn
+from medeval_core.records import Case, CaseResult, InputFile, Judgement, ModelCall, Turn
 from medeval_core.settings import Settings
 
 P = TypeVar("P", bound=BaseModel)
@@ -212,6 +212,17 @@ class Benchmark(ABC, Generic[P, C, O]):
 
     def parse_params(self, raw: Mapping[str, Any]) -> P:
         return self.Params.model_validate(raw)
+
+    def comparison_key(self, params: P, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
+        """What must be equal for two runs' case ids to name the same cases of the same dataset and task (runs are
+        only compared, case by case, when it is). By default the input files' contents (their sha256)."""
+        return {f"{name} sha256": item.sha256 for name, item in sorted(inputs.items())}
+
+    def prepare_params(self, params: P, settings: Settings) -> P:
+        """The params a new run stores, completed from what a form or caller gave (absolute paths, the full
+        settings of what they name), so a run made by ``service.create_run`` stores what the command line
+        stores; as given by default."""
+        return params
 
     def parse_output(self, raw: Mapping[str, Any]) -> O:
         return self.Output.model_validate(raw)

@@ -194,7 +194,7 @@ def create_run(benchmark_name: str, params: BaseModel | Mapping[str, Any], setti
     (``python -m medeval_core worker RUN_ID``) then executes. An existing ``run_id`` with the same parameters is
     returned as is; with other parameters it is refused (``BenchmarkError``)."""
     benchmark = registry.benchmark(benchmark_name)
-    typed = _typed_params(benchmark, params)
+    typed = benchmark.prepare_params(_typed_params(benchmark, params), settings)
     if run_id and _stored_config(store, run_id, benchmark_name, RunKind.BATCH, typed.model_dump(mode="json")):
         return run_id
     return _new_run(benchmark, typed, settings, store, run_id, label)[0]

@@ -123,13 +123,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from medeval_core.compare import compare_metric_rows
+    from medeval_core.compare import run_comparison
 
-    store = current_store()
-    for run_id in (args.run_a, args.run_b):
-        store.get_run(run_id)  # an unknown run is a StoreError naming it, not an empty comparison
-    comparison = compare_metric_rows(args.run_a, store.metric_rows(args.run_a), args.run_b,
-                                     store.metric_rows(args.run_b))
+    # An unknown run is a StoreError naming it; a session or another dataset a BenchmarkError.
+    comparison = run_comparison(current_store(), args.run_a, args.run_b)
     if args.json:
         print_json(comparison.model_dump(mode="json"))
         return 0

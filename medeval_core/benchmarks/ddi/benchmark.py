@@ -45,7 +45,7 @@ from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, Respon
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
-from medeval_core.records import CaseResult, ModelCall
+from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
 
 JUDGE_SCORER = "ddi-judge"
@@ -305,6 +305,11 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
 
     def summarize(self, params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult]) -> RunSummary:
         return summarize_run(params, cases, results)
+
+    def comparison_key(self, params: DdiParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
+        """Case ids are DDI image ids whether the outputs were generated here or imported from a responses file;
+        the task (open-ended or classification, and its label list) must be the same."""
+        return {"task": params.mode, "labels": params.root.labels}
 
     def input_files(self, params: DdiParams) -> dict[str, str]:
         root = params.root

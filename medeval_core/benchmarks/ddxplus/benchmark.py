@@ -50,7 +50,7 @@ from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParam
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
 from medeval_core.metrics.ddxplus import METRIC_KEYS
-from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.records import CaseResult, CaseStatus, InputFile
 from medeval_core.settings import Settings
 
 SCORER = "ddxplus-metrics"
@@ -273,6 +273,18 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     name = "ddxplus"
     Params = DDXPlusParams
     Output = DDXPlusOutput
+
+    def comparison_key(self, params: DDXPlusParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
+        """Patient ids are row numbers of a patients file: two runs share cases only on the same file's contents
+        (agents with other training patients or KB options still question the same patients)."""
+        patients = inputs.get("patients")
+        return {"patients sha256": patients.sha256 if patients else params.patients}
+
+    def prepare_params(self, params: DDXPlusParams, settings: Settings) -> DDXPlusParams:
+        """What ``build_params`` stores: absolute paths, the agent's full settings and its real KB condition."""
+        return build_params(settings, params.patients, params.agent, train=params.train, kb=params.kb,
+                            limit=params.limit, agent_params=params.agent_params, workers=params.workers,
+                            repetitions=params.repetitions)
 
     # Inputs -------------------------------------------------------------------------------------------------
 
