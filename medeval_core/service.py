@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -25,7 +25,6 @@ from medeval_core.memory import long_lived
 from medeval_core.records import (
     Case,
     CaseOutcome,
-    CaseResult,
     CaseStatus,
     InputFile,
     RunConfig,
@@ -391,34 +390,16 @@ def stored_summary(store: Store, run_id: str) -> RunSummary | None:
         return None
 
 
-def results_frame(results: list[CaseResult]) -> Any:
-    """One row per case result, outputs and metrics flattened into columns."""
-    import pandas as pd
-
-    rows = [
-        {
-            "run_id": r.run_id, "case_id": r.case_id, "repetition": r.repetition, "status": r.status.value,
-            "error": r.error, "started_at": r.started_at, "finished_at": r.finished_at,
-            **{f"metric.{k}": v for k, v in r.metrics.items()},
-            **{f"output.{k}": v for k, v in r.output.items()},
-        }
-        for r in results
-    ]
-    return pd.DataFrame(rows)
-
-
 def export_results(store: Store, run_id: str, path: Path) -> Path:
-    """Write a run's case results as CSV or JSON Lines, chosen by the file's suffix."""
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".jsonl"):
-        raise StoreError(f"Cannot export to {path.name}: use a .csv or .jsonl file name.")
-    frame = results_frame(store.results(run_id))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".csv":
-        frame.to_csv(path, index=False)
-    else:
-        frame.to_json(path, orient="records", lines=True, date_format="iso")
-    return path
+    """Write a run's case results as CSV or JSON Lines, chosen by the file's suffix (``exports.write_results``:
+    spreadsheet formulas neutralised, JSON cells)."""
+    from medeval_core.exports import write_results
+
+    results = store.results(run_id)
+    try:
+        return write_results(results, path)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
 
 
 RunLiveness = Literal["pending", "running", "cancelling", "interrupted", "completed", "cancelled", "failed"]
@@ -484,8 +465,8 @@ class RunOverview(BaseModel):
 def _rate_and_eta(store: Store, row: Any, state: str, pending: int | None) -> tuple[float | None, float | None]:
     if state != "running" or row.started_at is None:
         return None, None
-    started = row.started_at.replace(tzinfo=None)
-    elapsed = (utc_now().replace(tzinfo=None) - started).total_seconds()
+    started = row.started_at if row.started_at.tzinfo else row.started_at.replace(tzinfo=UTC)
+    elapsed = (utc_now() - started).total_seconds()
     finished = store.finished_since(row.id, started)
     if elapsed <= 0 or not finished:
         return None, None

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from medeval_core import context
+from tests.db_support import db_url, postgres_url  # noqa: F401 - fixtures for every test module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_DIR = REPO_ROOT / "tests" / "artifacts"

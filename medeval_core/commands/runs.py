@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, exit_status, print_json, print_summary
+from medeval_core.commands.reports import add_report_command
 
 if TYPE_CHECKING:
     from medeval_core.settings import Settings
@@ -54,6 +55,7 @@ def register(groups: CommandGroups) -> None:
     export.add_argument("run_id")
     export.add_argument("--out", type=Path, required=True)
     export.set_defaults(handler=_export)
+    add_report_command(runs)
 
     resume = groups.top.add_parser("resume", help="continue a run: finished cases are skipped, failed ones retried")
     resume.add_argument("run_id")
