@@ -174,13 +174,11 @@ def _data_entries(folders: Sequence[Path], source: str) -> list[str]:
 
 
 def _coerce(spec: FieldSpec, value: Any) -> Any:
-    """A widget's value as the model expects it: an empty entry of an optional field is None, JSON is parsed."""
+    """A widget's value as the model expects it: an empty entry is None (not set), JSON is parsed."""
     if isinstance(value, str):
         value = value.strip()
-        if value == "" and spec.kind != "text":
-            return None
-        if spec.kind == "text" and value == "" and spec.optional:
-            return None
+        if value == "":
+            return None  # not set: the default applies, or the field is reported as required
         if spec.kind == "json":
             try:
                 return json.loads(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ from pydantic import BaseModel
 
 from medeval_core import registry, service
 from medeval_core.benchmark import Metric, RunSummary
-from medeval_core.compare import _per_case_means_of_rows
+from medeval_core.compare import per_case_means_of_rows
 from medeval_core.context import current_settings
-from medeval_core.records import CaseResult, Judgement, ModelCall, RunConfig, RunKind, Turn
-from medeval_core.store import RunRow, Store
+from medeval_core.records import CaseResult, CaseStatus, Judgement, ModelCall, RunConfig, RunKind, Turn
+from medeval_core.store import RunRow, Store, open_store
 
 
 class RunListing(BaseModel):
@@ -100,15 +101,30 @@ def run_listings(store: Store, status_of: Any = None) -> list[RunListing]:
 
 # Per-case table -----------------------------------------------------------------------------------------------------
 
+def _case_row(case_id: str, repetition: int, status: str, error: str | None,
+              metrics: dict[str, Any]) -> dict[str, Any]:
+    scalars = {name: value for name, value in metrics.items()
+               if isinstance(value, bool | int | float | str) or value is None}
+    return {"case": case_id, "repetition": repetition, "status": status, "error": error or "", **scalars}
+
+
 def case_rows(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
-    """One row per case result: case, repetition, status, error, then every scalar metric (columns ``m:NAME``)."""
-    rows = []
-    for result in results:
-        scalars = {name: value for name, value in result.metrics.items()
-                   if isinstance(value, bool | int | float | str) or value is None}
-        rows.append({"case": result.case_id, "repetition": result.repetition, "status": result.status.value,
-                     "error": result.error or "", **scalars})
-    return rows
+    """One row per case result: case, repetition, status, error, then every scalar metric."""
+    return [_case_row(r.case_id, r.repetition, r.status.value, r.error, r.metrics) for r in results]
+
+
+def run_case_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """``case_rows`` of a stored run without reading its outputs (the finished cases' metrics, the failed cases
+    with their errors), cached per result stamp like the summaries: an unchanged run costs one COUNT query."""
+    return list(_run_case_rows(store.url, run_id, store.results_stamp(run_id)))
+
+
+@lru_cache(maxsize=16)
+def _run_case_rows(url: str, run_id: str, stamp: tuple[int, int | None]) -> tuple[dict[str, Any], ...]:
+    store = open_store(url)
+    finished = [_case_row(case_id, repetition, CaseStatus.OK.value, None, metrics)
+                for case_id, repetition, metrics in store.metric_rows(run_id)]
+    return (*finished, *case_rows(store.results(run_id, status=CaseStatus.FAILED)))
 
 
 def filter_cases(rows: Sequence[dict[str, Any]], status: str | None = None, search: str = "") -> list[dict[str, Any]]:
@@ -255,9 +271,18 @@ class PairedDifferences(BaseModel):
 
 
 def paired_differences(store: Store, run_a: str, run_b: str, metric: str) -> PairedDifferences:
-    """The per-case differences behind a comparison's test (the same shared cases ``compare`` pairs)."""
-    means_a = _per_case_means_of_rows((c, m) for c, _r, m in store.metric_rows(run_a)).get(metric)
-    means_b = _per_case_means_of_rows((c, m) for c, _r, m in store.metric_rows(run_b)).get(metric)
+    """The per-case differences behind a comparison's test (the same shared cases ``compare`` pairs), cached per
+    both runs' result stamps."""
+    return _paired_differences(store.url, run_a, store.results_stamp(run_a), run_b, store.results_stamp(run_b),
+                               metric)
+
+
+@lru_cache(maxsize=16)
+def _paired_differences(url: str, run_a: str, stamp_a: tuple[int, int | None], run_b: str,
+                        stamp_b: tuple[int, int | None], metric: str) -> PairedDifferences:
+    store = open_store(url)
+    means_a = per_case_means_of_rows((c, m) for c, _r, m in store.metric_rows(run_a)).get(metric)
+    means_b = per_case_means_of_rows((c, m) for c, _r, m in store.metric_rows(run_b)).get(metric)
     if means_a is None or means_b is None:
         return PairedDifferences(metric=metric, cases=[], differences=[])
     shared, in_a, in_b = np.intersect1d(means_a.cases, means_b.cases, assume_unique=True, return_indices=True)

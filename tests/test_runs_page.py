@@ -31,15 +31,18 @@ def counting_config(settings, n_cases: int) -> RunConfig:
 
 
 def seed_two_runs(store: Store) -> None:
-    store.create_run(RunConfig(benchmark="demo"), run_id="model-a", expected_cases=4)
-    store.create_run(RunConfig(benchmark="demo"), run_id="model-b", expected_cases=5)
+    """Two runs of the counting benchmark on the same cases (same params, so the same comparison key)."""
+    config = counting_config(load_settings(), 5)
+    store.create_run(config.model_copy(update={"label": "model A"}), run_id="model-a", expected_cases=4)
+    store.create_run(config.model_copy(update={"label": "model B"}), run_id="model-b", expected_cases=5)
     for case, a, b in (("c1", True, False), ("c2", True, False), ("c3", True, True), ("c4", False, False)):
         store.save_result(result("model-a", case, a, 1.0 if a else 0.2))
         store.save_result(result("model-b", case, b, 0.5))
     store.save_result(CaseResult(run_id="model-b", case_id="c5", status=CaseStatus.FAILED, error="timeout"))
 
 
-def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_store: str) -> None:
+def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_store: str,
+                                                                       counting_registered: None) -> None:
     store = Store(isolated_store)
     seed_two_runs(store)
     by_metric = {s.metric: s for s in summarize_metrics(store.results("model-a"))}
@@ -48,7 +51,7 @@ def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_s
     assert by_metric["score"].kind == "mean" and by_metric["score"].value == pytest.approx(0.8)
 
 
-def test_paired_comparison_uses_exact_mcnemar_on_shared_cases(isolated_store: str) -> None:
+def test_paired_comparison_uses_exact_mcnemar_on_shared_cases(isolated_store: str, counting_registered: None) -> None:
     store = Store(isolated_store)
     seed_two_runs(store)
     comparison = compare_runs("model-a", store.results("model-a"), "model-b", store.results("model-b"))
@@ -72,7 +75,8 @@ def test_resume_by_name_continues_with_the_stored_config(isolated_store: str, co
     assert store.get_run("count-1").settings_hash == settings.settings_hash()
 
 
-def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str) -> None:
+def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str,
+                                                                   counting_registered: None) -> None:
     seed_two_runs(Store(isolated_store))
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     assert not app.exception, app.exception
@@ -81,14 +85,17 @@ def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store
     [progress] = app.get("progress")
     assert progress.proto.text == "pending: 4 done, 1 failed, 0 pending of 5"
     assert app.subheader[0].value.startswith("Per-case metrics")
-    assert "Failed cases (1)" in [s.value for s in app.subheader]
+    app.selectbox(key="case_filter").set_value("failed").run()
+    [cases] = [frame.value for frame in app.dataframe if "case" in frame.value.columns]
+    assert list(cases["case"]) == ["c5"] and list(cases["error"]) == ["timeout"]
     resume_buttons = [b for b in app.button if b.label == "Resume"]
     assert resume_buttons, "a run with failed cases offers Resume"
     app.selectbox(key="compare_a").set_value("model-a").run()
     app.selectbox(key="compare_b").set_value("model-b").run()
     comparison = app.table[-1].value
-    assert comparison.loc["correct", "only_a_correct"] == 2
-    assert comparison.loc["correct", "p_value"] == pytest.approx(0.5)
+    assert comparison.loc["correct", "only A right"] == 2
+    assert comparison.loc["correct", "p-value"] == pytest.approx(0.5)
+    assert {"model A", "model B"} <= set(comparison.columns), "runs are named by their labels"
 
 
 def test_resume_from_the_page_finishes_the_run(isolated_store: str, counting_registered: None) -> None:
@@ -110,19 +117,24 @@ def test_unknown_benchmark_cannot_be_resumed_and_says_so(isolated_store: str) ->
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     [resume] = [b for b in app.button if b.label == "Resume"]
     resume.click().run()
-    assert any("cannot be resumed here" in e.value and "retired-benchmark" in e.value for e in app.error)
+    shown = [e.value.replace("\\", "") for e in app.error]  # stored text is shown Markdown-escaped
+    assert any("cannot be resumed here" in text and "retired-benchmark" in text for text in shown), shown
 
 
 def test_empty_store_says_how_to_start_a_run() -> None:
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     assert not app.exception
-    assert "No runs yet" in app.info[0].value
+    assert "No runs yet" in app.info[0].value and "New run page" in app.info[0].value
+    assert "benchmark page" not in app.info[0].value
 
 
-def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path, tmp_path_factory) -> None:
+def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path, tmp_path_factory,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     db_url = f"sqlite:///{tmp_path_factory.mktemp('runs-browser') / 'medeval.db'}"
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "tests.support.counting_benchmark")
     seed_two_runs(Store(db_url))
-    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/runs")  # a cold server's first request is a deep link
+    url = streamlit_app(MEDEVAL_DB_URL=db_url, MEDEVAL_BENCHMARKS="tests.support.counting_benchmark")
+    page.goto(f"{url}/runs")  # a cold server's first request is a deep link
     page.get_by_role("heading", name="Compare two runs").wait_for()
     sidebar = page.get_by_test_id("stSidebar")
     assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
@@ -141,7 +153,11 @@ def test_session_runs_offer_neither_resume_nor_cancel(isolated_store: str, count
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     assert not app.exception
     assert not [b for b in app.button if b.label in ("Resume", "Cancel")]
-    assert any("interactive session" in c.value for c in app.caption)
+    assert any("past interactive sessions are listed below" in i.value for i in app.info)
+    [listed] = [f.value for f in app.dataframe if "verdict" in f.value.columns]
+    assert list(listed["run_id"]) == [session.run_id] and list(listed["benchmark"]) == ["counting"]
+    app.selectbox(key="session_open").set_value(session.run_id).run()
+    assert not app.exception
 
 
 def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting_registered: None) -> None:
@@ -156,14 +172,15 @@ def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting
 
 
 def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolated_store: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         counting_registered: None) -> None:
     """Not timed: the page's reruns read the metrics once (cached per result stamp), only the failed results by
     status, and never every full result (outputs, scores) of the run; the comparison likewise."""
     from medeval_core.records import CaseRecords
 
     store = Store(isolated_store)
     for run_id in ("big-a", "big-b"):
-        store.create_run(RunConfig(benchmark="demo"), run_id=run_id, expected_cases=10_000)
+        store.create_run(counting_config(load_settings(), 2_500), run_id=run_id, expected_cases=10_000)
         store.save_case_records([CaseRecords(result=CaseResult(
             run_id=run_id, case_id=f"case-{i // 4:05d}", repetition=i % 4,
             status=CaseStatus.FAILED if i % 100 == 0 else CaseStatus.OK, error="timeout" if i % 100 == 0 else None,
@@ -188,20 +205,22 @@ def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolat
         app.run()
         assert not app.exception, app.exception
     selected = str(app.selectbox(key="run_selected").value)
-    assert "Failed cases (100)" in [s.value for s in app.subheader]
     assert app.subheader[0].value.startswith("Per-case metrics")
+    assert "10000 of 10000 case results" in " ".join(c.value for c in app.caption)
     correct = app.table[-1].value.loc["correct"]
-    assert correct["shared_cases"] == 2_500
+    assert correct["shared cases"] == 2_500
     full_loads = [c for c in calls if c[0] == "results" and c[2] is None]
     assert not full_loads, f"full results loaded: {full_loads}"
     assert all(c[2] == CaseStatus.FAILED for c in calls if c[0] == "results")
-    # The metrics of each run are read once over four page runs (the page's summary and the comparison share
-    # nothing but the store, so a run shown in both is read at most twice).
+    # The metrics of each run are read once over four page runs by each of the page's readers, each cached per
+    # result stamp: the summary and the case table (selected run), the comparison and its paired differences
+    # (both runs).
     metric_reads = [c[1] for c in calls if c[0] == "metric_rows"]
-    assert metric_reads.count(selected) <= 2 and len(metric_reads) <= 3, metric_reads
+    assert metric_reads.count(selected) <= 4 and len(metric_reads) <= 6, metric_reads
 
 
-def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str) -> None:
+def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str,
+                                                                        counting_registered: None) -> None:
     from medeval_core.compare import run_comparison
 
     store = Store(isolated_store)

@@ -38,6 +38,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.store.migrations import ensure_schema, upgrade
+from medeval_core.store.model_backends import ModelBackendRow  # noqa: F401 - its table joins the metadata
 
 
 class RunRow(SQLModel, table=True):
