@@ -8,6 +8,7 @@ touched (``-0.5`` stays a number). JSON Lines keeps every value as JSON, nested 
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from collections.abc import Sequence
@@ -50,7 +51,8 @@ def results_csv(results: Sequence[CaseResult]) -> str:
     if frame.empty:
         return frame.to_csv(index=False)
     frame = frame.astype(object).map(neutralise_cell)
-    return frame.to_csv(index=False)
+    # Every text cell quoted: a carriage return inside one (neutralised or not) stays inside its cell.
+    return frame.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)
 
 
 def results_jsonl(results: Sequence[CaseResult]) -> str:
