@@ -18,7 +18,6 @@ result. The worker that finds the queue drained writes the run's final status an
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import traceback
@@ -43,7 +42,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.settings import Settings
-from medeval_core.store import RunWorkerRow, Store
+from medeval_core.store import HOST, RunWorkerRow, Store
 
 CaseFunction = Callable[[Case, CaseContext], CaseOutcome]
 """Runs one case for one repetition. Raising marks the case failed; it never stops the run."""
@@ -231,8 +230,8 @@ class BatchRunner:
         self._cancel.clear()
         total = len(cases) * repetitions
         now = utc_now()
-        worker = RunWorkerRow(id=f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}", run_id=run_id,
-                              host=socket.gethostname(), pid=os.getpid(), threads=self.workers, started_at=now,
+        worker = RunWorkerRow(id=f"{HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}", run_id=run_id, host=HOST,
+                              pid=os.getpid(), threads=self.workers, started_at=now,
                               heartbeat_at=now, expires_at=now + timedelta(seconds=self.lease_s))
         self.store.join_run(
             run_id, worker, lambda: ((case.case_id, rep) for rep in range(repetitions) for case in cases),

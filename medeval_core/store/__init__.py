@@ -9,8 +9,11 @@ its rows; ``upgrade(url)`` does the same without opening one.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -319,11 +322,9 @@ class Store:
         every key of ``keys()`` without a finished (ok) result, in that order (failed cases are retried), and
         ``run_changes`` are applied to the run. Returns whether this worker started the wave (else it joins the
         wave in progress)."""
-        now = utc_now()
         workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
         with self._write_transaction(lock_run=run_id) as connection:
-            alive = connection.execute(select(func.count()).select_from(workers).where(
-                workers.c.run_id == run_id, workers.c.finished_at.is_(None), workers.c.expires_at > now)).scalar()
+            alive = _alive_workers(connection, run_id)
             connection.execute(workers.insert(), [worker.model_dump()])
             if alive:
                 return False
@@ -382,20 +383,15 @@ class Store:
             connection.execute(workers.update().where(workers.c.id == worker_id).values(finished_at=utc_now()))
 
     def live_workers(self, run_id: str) -> list[RunWorkerRow]:
-        """The run's workers that are alive: not finished, heartbeat within their lease time."""
-        statement = select(RunWorkerRow).where(RunWorkerRow.run_id == run_id,
-                                               col(RunWorkerRow.finished_at).is_(None),
-                                               col(RunWorkerRow.expires_at) > utc_now())
-        with self.session() as session:
-            return list(session.exec(statement))
+        """The run's workers that are alive: not finished, heartbeat within their lease time, and (on this host)
+        their process still there."""
+        with self.engine.connect() as connection:
+            return [RunWorkerRow.model_validate(row._asdict()) for row in _alive_workers(connection, run_id)]
 
     def live_worker_counts(self) -> dict[str, int]:
         """Live workers per run, for every run at once (the run list)."""
-        statement = (select(RunWorkerRow.run_id, func.count()).where(
-            col(RunWorkerRow.finished_at).is_(None), col(RunWorkerRow.expires_at) > utc_now())
-            .group_by(RunWorkerRow.run_id))
-        with self.session() as session:
-            return dict(session.exec(statement).all())
+        with self.engine.connect() as connection:
+            return dict(Counter(row.run_id for row in _alive_workers(connection)))
 
     def queued_cases(self, run_id: str) -> int:
         """Cases of the run's current wave not yet done (queued, or claimed by a worker)."""
@@ -409,16 +405,13 @@ class Store:
         is left undone; "alone": no worker is alive), write ``final()`` (its status with its summary and finish
         time) and drop the wave's lease rows, all in one transaction: a run is never left finished without its
         summary. Returns whether it was written."""
-        now = utc_now()
-        workers, leases, runs = _table(RunWorkerRow), _table(CaseLeaseRow), _table(RunRow)
+        leases, runs = _table(CaseLeaseRow), _table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
             if when == "drained":
                 left = connection.execute(select(func.count()).select_from(leases).where(
                     leases.c.run_id == run_id, leases.c.done.is_(False))).scalar()
             else:
-                left = connection.execute(select(func.count()).select_from(workers).where(
-                    workers.c.run_id == run_id, workers.c.finished_at.is_(None),
-                    workers.c.expires_at > now)).scalar()
+                left = len(_alive_workers(connection, run_id))
             if left:
                 return False
             connection.execute(runs.update().where(runs.c.id == run_id).values(**final()))
@@ -670,6 +663,30 @@ class Store:
             return {name: session.exec(select(func.count()).select_from(table)).one() for name, table in tables.items()}
 
 
+HOST = socket.gethostname()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Row[Any]]:
+    """Workers whose heartbeat is within their lease, less those on this host whose process is gone (a SIGKILLed
+    worker here is dead at once, not only when its lease runs out)."""
+    workers = _table(RunWorkerRow)
+    statement = workers.select().where(workers.c.finished_at.is_(None), workers.c.expires_at > utc_now())
+    if run_id is not None:
+        statement = statement.where(workers.c.run_id == run_id)
+    return [row for row in connection.execute(statement)
+            if row.host != HOST or _process_exists(row.pid)]
+
+
 def _table(model: type[SQLModel]) -> Table:
     """A table model's Core table (SQLModel sets ``__table__`` at class creation; typing does not know it)."""
     return model.__table__  # type: ignore[attr-defined]
@@ -725,9 +742,9 @@ def new_run_id(benchmark: str) -> str:
 
 
 __all__ = [
-    "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
-    "RunRow", "RunWorkerRow", "Store",
-    "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store", "redact_url", "upgrade",
+    "HOST", "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
+    "RunRow", "RunWorkerRow", "Store", "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store",
+    "redact_url", "upgrade",
 ]
 
 _stores: dict[str, Store] = {}
