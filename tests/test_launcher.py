@@ -143,3 +143,35 @@ def test_launcher_page_validates_plans_and_launches_a_worker(isolated_store: str
     store = Store(isolated_store)
     assert wait_finished(store, run_id) == "completed"
     assert len(store.results(run_id)) == 4
+
+
+@pytest.mark.browser
+def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, page, artifacts_dir: Path,
+                                                                  tmp_path_factory) -> None:
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('launch-browser') / 'medeval.db'}"
+    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/new-run")
+    page.get_by_role("heading", name="New run").wait_for()
+    page.get_by_test_id("stSelectbox").filter(has_text="Benchmark").click()
+    page.get_by_role("option", name="DDXPlus").click()
+    page.get_by_role("spinbutton", name="limit (optional)").fill("25")
+    page.get_by_role("textbox", name="Run label").fill("KB-Bayes on 25 patients")
+    page.get_by_role("button", name="Check parameters").click()
+    page.get_by_role("heading", name="Plan").wait_for()
+    page.get_by_role("button", name="Launch").click()
+    page.get_by_text("Launched run").wait_for()
+    page.get_by_role("button", name="Watch it on the Batch runs page").click()
+    page.get_by_role("heading", name="Batch runs").wait_for()
+    # The run's panel refreshes on its own until the worker has finished every case.
+    page.get_by_text("completed: 25 done, 0 failed, 0 pending of 25").wait_for(timeout=120_000)
+    page.get_by_role("heading", name="Summary").wait_for()
+    page.set_viewport_size({"width": 1400, "height": 4600})  # Streamlit scrolls inside itself: show all plots
+    page.locator(".js-plotly-plot").first.wait_for()
+    assert page.locator(".js-plotly-plot").count() >= 2  # intervals and the per-pathology breakdown
+    screenshot = artifacts_dir / "runs_launched_kb_bayes.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 20_000
+    store = Store(db_url)
+    [run] = store.list_runs()
+    assert run.status == "completed" and len(store.results(run.id)) == 25
+    assert run.config["params"]["reads_kb"] is True  # stored as the command line stores it (prepare_params)
+    assert run.label == "KB-Bayes on 25 patients"

@@ -42,8 +42,8 @@ def show_summary(summary: RunSummary) -> None:
                          hide_index=True, width="stretch")
     if summary.reference:
         st.markdown("**Published reference rows**")
-        st.dataframe(pd.DataFrame([{"row": r.label, **r.values, "source": r.source} for r in summary.reference]),
-                     hide_index=True, width="stretch")
+        reference = pd.DataFrame([{"row": r.label, **r.values, "source": r.source} for r in summary.reference])
+        st.dataframe(reference.astype(object).where(reference.notna(), ""), hide_index=True, width="stretch")
     for note in summary.notes:
         st.info(plain_markdown(note))
 
@@ -121,6 +121,12 @@ def live_section() -> None:
         st.session_state["run_selected"] = listings[0].id
     selected = st.selectbox("Run", list(names), format_func=lambda i: f"{names[i]} ({i})", key="run_selected")
     overview = service.run_overview(store, selected)
+    # When the run stops, the whole page (run list, plots across runs, comparison, sidebar) is drawn again, so
+    # nothing on it stays at the counts it had while the run was live.
+    was_active = st.session_state.get("run_was_active", {}).get(selected, False)
+    st.session_state.setdefault("run_was_active", {})[selected] = overview.active or overview.state == "pending"
+    if was_active and not (overview.active or overview.state == "pending"):
+        st.rerun(scope="app")
     finished = overview.done + overview.failed
     eta = f", about {overview.eta_s:,.0f} s left" if overview.eta_s is not None else ""
     rate = f" at {overview.rate_per_s:.2f} cases/s" if overview.rate_per_s else ""
