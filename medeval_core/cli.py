@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "medeval_core.commands.reported",
     "medeval_core.commands.runs",
     "medeval_core.commands.data",
+    "medeval_core.commands.serve",
 )
 
 
@@ -243,7 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Only a command that hands its unknown options on (``serve`` -> ``streamlit run``) accepts them.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "passes_unknown_options", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.unknown_options = unknown
     try:
         return int(args.handler(args) or 0)
     except (CommandError, SettingsError, StoreError, BenchmarkError) as exc:
