@@ -8,7 +8,6 @@ touched (``-0.5`` stays a number). JSON Lines keeps every value as JSON, nested 
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Sequence
@@ -47,12 +46,10 @@ def result_rows(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
 def results_csv(results: Sequence[CaseResult]) -> str:
     import pandas as pd
 
-    frame = pd.DataFrame(result_rows(results))
-    if frame.empty:
-        return frame.to_csv(index=False)
-    frame = frame.astype(object).map(neutralise_cell)
-    # Every text cell quoted: a carriage return inside one (neutralised or not) stays inside its cell.
-    return frame.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)
+    frame = pd.DataFrame(result_rows(results)).astype(object).map(neutralise_cell)
+    # RFC 4180 line ends (CRLF): the writer then quotes any cell holding a carriage return or a newline, so one
+    # stays inside its cell.
+    return frame.to_csv(index=False, lineterminator="\r\n")
 
 
 def results_jsonl(results: Sequence[CaseResult]) -> str:
