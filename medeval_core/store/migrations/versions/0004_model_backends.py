@@ -27,7 +27,7 @@ def upgrade() -> None:
         sa.Column("base_url", sa.String(), nullable=True),
         sa.Column("api_key_env", sa.String(), nullable=False),
         sa.Column("is_default", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("role", "name", name="uq_model_backend_role_name"),
     )
