@@ -134,8 +134,8 @@ def test_a_pasted_key_is_refused_and_a_variable_name_kept() -> None:
 
 
 def test_registered_defaults_reach_settings_without_restart_and_the_environment_wins(
-        isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = Store(isolated_store)
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(db_url)
     first = registry.register_backend(store, registry.ModelBackend(
         role="chat", name="local vllm", backend="openai", model="qwen", base_url="http://127.0.0.1:9/v1"))
     assert first.is_default
@@ -152,7 +152,7 @@ def test_registered_defaults_reach_settings_without_restart_and_the_environment_
     with pytest.raises(Exception, match="already has a backend called"):
         registry.register_backend(store, registry.ModelBackend(
             role="chat", name="other", backend="openai", model="x", base_url="http://h/v1"))
-    with create_engine(isolated_store).connect() as connection:
+    with store.engine.connect() as connection:
         stored = connection.execute(text("SELECT * FROM model_backends")).mappings().all()
     assert all("sk-" not in json.dumps(dict(row), default=str) for row in stored)
 

@@ -232,3 +232,62 @@ def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated
     store.save_result(result("model-a", "c6", False, 0.1))
     updated = {p.metric: p for p in run_comparison(store, "model-a", "model-b").paired}
     assert updated["correct"].shared_cases == 5 and updated["correct"].only_b_correct == 1
+
+
+def stored_summary(store: Store, run_id: str, done: int, failed: int, notes: list[str] | None = None) -> None:
+    from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
+
+    headline = [Metric(name="scored", value=float(done), n=done + failed, denominator="expected cases",
+                       unit="count")]
+    groups = [MetricGroup(dimension="pathology", label=label, metrics=[
+        Metric(name="GTPA@1", value=value, n=2, denominator="planned patients", unit="percent")])
+        for label, value in (("Bronchitis", 50.0), ("Pneumonia", 100.0))]
+    summary = RunSummary(benchmark="counting", counts=RunCounts(expected=done + failed, done=done, failed=failed,
+                                                                pending=0),
+                         headline=headline if done else [], groups=groups if done else [], notes=notes or [])
+    store.update_run(run_id, summary=summary.model_dump(mode="json"))
+
+
+def test_groups_are_tables_and_a_run_with_no_finished_case_shows_no_metric(isolated_store: str,
+                                                                           counting_registered: None) -> None:
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    stored_summary(store, "model-a", done=4, failed=0)
+    store.create_run(counting_config(load_settings(), 2), run_id="all-failed", expected_cases=2)
+    for case in ("c1", "c2"):
+        store.save_result(CaseResult(run_id="all-failed", case_id=case, status=CaseStatus.FAILED, error="boom"))
+    store.update_run("all-failed", status=RunStatus.FAILED, error="Every case failed.")
+    stored_summary(store, "all-failed", done=0, failed=2, notes=["No case finished: no metric is reported."])
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.selectbox(key="run_selected").set_value("model-a").run()
+    assert not app.exception, app.exception
+    [pathology] = [f.value for f in app.dataframe if "pathology" in f.value.columns]
+    assert list(pathology["pathology"]) == ["Bronchitis", "Pneumonia"]
+    assert list(pathology["GTPA@1"]) == ["50.00", "100.00"]  # a table of values, not a JSON document
+    assert not app.json or all("per_pathology" not in j.value for j in app.json)
+    app.selectbox(key="run_selected").set_value("all-failed").run()
+    assert not app.exception
+    assert any("No case finished, so no metric is shown" in w.value for w in app.warning)
+    assert not [t for t in app.table if "denominator" in t.value.columns]
+    assert app.get("progress")[0].proto.text.startswith("failed: 0 done, 2 failed")
+
+
+def test_a_live_run_shows_its_eta_and_finishes_on_the_page(isolated_store: str, counting_registered: None) -> None:
+    from medeval_core import workers
+
+    settings = load_settings()
+    run_id = workers.create_run(settings, "counting", {"n_cases": 24, "sleep_s": 0.25}, label="slow counting")
+    workers.start_worker(settings, run_id)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 60
+    while (workers.run_liveness(store, run_id) != "running" or not store.results_stamp(run_id)[0]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception, app.exception
+    line = app.get("progress")[0].proto.text
+    assert line.startswith("running: ") and "cases/s, about" in line and line.endswith("s left"), line
+    while workers.run_liveness(store, run_id) != "completed" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    app.run()
+    assert app.get("progress")[0].proto.text == "completed: 24 done, 0 failed, 0 pending of 24"

@@ -159,10 +159,7 @@ def live_section() -> None:
     summary = service.stored_summary(store, selected)
     if summary is not None:
         st.subheader("Summary")
-        if overview.state == "cancelled" and summary.counts.done:
-            st.caption(plain_markdown(f"Cancelled: the metrics cover only the {summary.counts.done} finished "
-                                      "cases."))
-        show_summary(summary)
+        show_summary(summary)  # a cancelled run's summary says its metrics cover only the finished cases
     summaries = run_summaries(store, selected)
     if summaries:
         st.subheader("Per-case metrics (95% intervals)")
