@@ -23,6 +23,7 @@ from medeval_core.benchmark import Metric, RunSummary
 from medeval_core.compare import per_case_means_of_rows
 from medeval_core.context import current_settings
 from medeval_core.records import CaseResult, CaseStatus, Judgement, ModelCall, RunConfig, RunKind, Turn
+from medeval_core.registry import PageInfo
 from medeval_core.store import RunRow, Store, open_store
 
 
@@ -231,6 +232,9 @@ class SessionListing(BaseModel):
     image: str
     response: str
     verdict: str
+    reopen_page: str | None = None
+    """The page that continues this session (``PageInfo.path``) and the query parameter it reads the run id from."""
+    reopen_query: str | None = None
 
 
 def _verdict_text(result: CaseResult) -> str:
@@ -243,6 +247,11 @@ def _verdict_text(result: CaseResult) -> str:
     return ""
 
 
+def _reopening_page(benchmark: str) -> PageInfo | None:
+    spec = registry.specs().get(benchmark)
+    return next((page for page in spec.pages if page.reopen_query), None) if spec else None
+
+
 def session_listings(store: Store) -> list[SessionListing]:
     listings = []
     for row in store.list_runs():
@@ -253,8 +262,10 @@ def session_listings(store: Store) -> list[SessionListing]:
         output = result.output if result else {}
         image = output.get("image") if isinstance(output.get("image"), dict) else {}
         response = output.get("response") or output.get("final_diagnosis") or ""
+        page = _reopening_page(row.benchmark)
         listings.append(SessionListing(
             run_id=row.id, benchmark=row.benchmark, created_at=row.created_at, status=row.status,
+            reopen_page=page.path if page else None, reopen_query=page.reopen_query if page else None,
             image=str(image.get("name", "")) if image else "", response=str(response)[:200],
             verdict=_verdict_text(result) if result else "",
         ))

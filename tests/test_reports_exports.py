@@ -118,9 +118,13 @@ def test_sessions_are_listed_apart_with_response_and_verdict(isolated_store: str
     store.create_run(RunConfig(benchmark="ddi", kind=RunKind.SESSION, session_case_id="lesion"), run_id="s1")
     store.save_result(CaseResult(run_id="s1", case_id="lesion", status=CaseStatus.OK, output={
         "image": {"name": "mole.png"}, "response": "Melanoma.", "verdict": {"correct": True}}))
-    [listed] = results.session_listings(store)
-    assert (listed.image, listed.response, listed.verdict) == ("mole.png", "Melanoma.", "correct")
-    assert [r.id for r in results.run_listings(store)] == ["s1"]
+    store.create_run(RunConfig(benchmark="ddxplus", kind=RunKind.SESSION, session_case_id="row-3"), run_id="w1")
+    walkthrough, lesion = results.session_listings(store)
+    assert (lesion.image, lesion.response, lesion.verdict) == ("mole.png", "Melanoma.", "correct")
+    assert lesion.reopen_page is None  # the lesion page keeps no session in its URL: reopened in the drill-down
+    assert (walkthrough.run_id, walkthrough.reopen_page, walkthrough.reopen_query) == (
+        "w1", "views/ddxplus_walkthrough.py", "walkthrough")
+    assert [r.id for r in results.run_listings(store)] == ["w1", "s1"]
 
 
 # Model backends -----------------------------------------------------------------------------------------------------

@@ -272,11 +272,14 @@ sessions = results.session_listings(store)
 if not sessions:
     st.info("No interactive session yet: the DDXPlus walkthrough and the lesion page save each one here.")
 else:
-    st.dataframe(pd.DataFrame([s.model_dump() for s in sessions]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([s.model_dump(exclude={"reopen_page", "reopen_query"}) for s in sessions]),
+                 hide_index=True, width="stretch")
     reopened = st.selectbox("Reopen", [s.run_id for s in sessions], index=None, key="session_open",
                             placeholder="choose a session")
     if reopened is not None:
         row = next(s for s in sessions if s.run_id == reopened)
+        if row.reopen_page and row.reopen_query and st.button("Continue it on its page", key="session_continue"):
+            st.switch_page(row.reopen_page, query_params={row.reopen_query: row.run_id})
         case = store.results(reopened)
         if case:
             show_case(reopened, case[0].case_id, case[0].repetition)
