@@ -291,3 +291,38 @@ def test_a_live_run_shows_its_eta_and_finishes_on_the_page(isolated_store: str, 
         time.sleep(0.2)
     app.run()
     assert app.get("progress")[0].proto.text == "completed: 24 done, 0 failed, 0 pending of 24"
+
+
+def test_case_drill_down_shows_turns_output_judge_attempts_and_model_calls(isolated_store: str,
+                                                                          counting_registered: None) -> None:
+    from medeval_core.records import CaseRecords, Judgement, ModelCall, Turn
+
+    store = Store(isolated_store)
+    store.create_run(counting_config(load_settings(), 1), run_id="drill", expected_cases=1)
+    answer = "**bold** <script>alert(1)</script>" + " long model answer" * 10
+    store.save_case_records([CaseRecords(
+        result=CaseResult(run_id="drill", case_id="case-0000", status=CaseStatus.OK, output={"response": answer},
+                          metrics={"correct": True}),
+        turns=[Turn(run_id="drill", case_id="case-0000", index=0, actor="agent", action="order",
+                    payload={"test": "CBC", "result": "normal", "provenance": "SYNTHETIC"}, cost=25.0),
+               Turn(run_id="drill", case_id="case-0000", index=1, actor="agent", action="question",
+                    payload={"question": "fever?", "provenance": "REAL"}, cost=300.0)],
+        judgements=[Judgement(run_id="drill", case_id="case-0000", judge_name="ddi-llm", attempt=1, ok=False,
+                              http_status=429, error="rate limited"),
+                    Judgement(run_id="drill", case_id="case-0000", judge_name="ddi-llm", attempt=2, ok=True,
+                              verdict={"correct": True, "reason": "same"})],
+        model_calls=[ModelCall(run_id="drill", case_id="case-0000", role="judge", model="m",
+                               messages_sha256="a" * 64, latency_s=0.25, prompt_tokens=120, completion_tokens=7)])])
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.selectbox(key="case_open_drill").set_value(("case-0000", 0)).run()
+    assert not app.exception, app.exception
+    frames = [f.value for f in app.dataframe]
+    [turns] = [f for f in frames if "tag" in f.columns]
+    assert list(turns["tag"]) == ["SYNTHETIC", "REAL"] and list(turns["cost"]) == [25.0, 300.0]
+    assert "test: CBC; result: normal" in turns["text"].iloc[0]
+    [attempts] = [f for f in frames if "raw reply" in f.columns]
+    assert list(attempts["http"].fillna(0)) == [429, 0] and '"reason": "same"' in attempts["raw reply"].iloc[1]
+    [calls] = [f for f in frames if "prompt tokens" in f.columns]
+    assert (calls["latency s"].iloc[0], calls["prompt tokens"].iloc[0]) == (0.25, 120)
+    assert answer in [t.value for t in app.text]  # the model's answer as plain text, not Markdown
+    assert any("total cost 325.00" in m.value for m in app.markdown)
