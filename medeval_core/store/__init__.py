@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, func, or_, text
+from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, false, func, or_, text
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
@@ -347,16 +347,17 @@ class Store:
         (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE)."""
         now = utc_now()
         leases = _table(CaseLeaseRow)
-        statement = (select(leases.c.id, leases.c.case_id, leases.c.repetition)
-                     .where(leases.c.run_id == run_id, leases.c.done.is_(False),
-                            or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
-                     .order_by(leases.c.id).limit(limit).with_for_update(skip_locked=True))
+        free = (select(leases.c.id)
+                .where(leases.c.run_id == run_id, leases.c.done == false(),
+                       or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
+                .order_by(leases.c.id).limit(limit).with_for_update(skip_locked=True))
+        # One statement (UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING), one round trip.
+        claim = (leases.update().where(leases.c.id.in_(free.scalar_subquery()))
+                 .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
+                         attempts=leases.c.attempts + 1)
+                 .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
         with self._write_transaction() as connection:
-            rows = [(int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(statement)]
-            if rows:
-                connection.execute(leases.update().where(leases.c.id.in_([row[0] for row in rows])).values(
-                    worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
-                    attempts=leases.c.attempts + 1))
+            rows = sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(claim))
         return rows
 
     def heartbeat(self, worker_id: str, lease_s: float) -> None:
@@ -367,14 +368,14 @@ class Store:
         with self._write_lock, self.engine.begin() as connection:
             connection.execute(workers.update().where(workers.c.id == worker_id).values(
                 heartbeat_at=now, expires_at=expires))
-            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done.is_(False))
+            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
                                .values(expires_at=expires))
 
     def release_cases(self, worker_id: str) -> None:
         """Give back the worker's undone claims (a cancel or a stop): other workers may claim them at once."""
         leases = _table(CaseLeaseRow)
         with self._write_lock, self.engine.begin() as connection:
-            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done.is_(False))
+            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
                                .values(worker_id=None, expires_at=None))
 
     def finish_worker(self, worker_id: str) -> None:
@@ -398,7 +399,7 @@ class Store:
         leases = _table(CaseLeaseRow)
         with self.engine.connect() as connection:
             return int(connection.execute(select(func.count()).select_from(leases).where(
-                leases.c.run_id == run_id, leases.c.done.is_(False))).scalar() or 0)
+                leases.c.run_id == run_id, leases.c.done == false())).scalar() or 0)
 
     def finish_run(self, run_id: str, final: Callable[[], dict[str, Any]], *, when: str) -> bool:
         """End the run's wave: under the run's lock, and only when ``when`` holds ("drained": no case of the wave
@@ -409,7 +410,7 @@ class Store:
         with self._write_transaction(lock_run=run_id) as connection:
             if when == "drained":
                 left = connection.execute(select(func.count()).select_from(leases).where(
-                    leases.c.run_id == run_id, leases.c.done.is_(False))).scalar()
+                    leases.c.run_id == run_id, leases.c.done == false())).scalar()
             else:
                 left = len(_alive_workers(connection, run_id))
             if left:
