@@ -33,7 +33,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, RunReport
-from medeval_core.settings import Settings, runtime_versions
+from medeval_core.settings import BackendChoice, Settings, runtime_versions
 from medeval_core.store import Store, StoreError
 
 # Workers change how fast a run goes, never what it computes: a resume may choose another number.
@@ -321,6 +321,7 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
     as one more worker of it when others are already on it (its stored workers unless ``workers`` is given);
     ``freeze_inputs`` as for ``launch``; ``lease_s``: how long its case claims last without a heartbeat."""
     config = startable(store, run_id)
+    settings = run_settings(settings, config)
     benchmark = registry.benchmark(config.benchmark)
     if config.kind == RunKind.SCORE:
         if config.source_run_id is None:
@@ -328,6 +329,17 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
         return score_run(config.source_run_id, ScoreParams.model_validate(config.params), settings, store,
                          run_id=run_id, workers=workers, on_progress=on_progress)
     return _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
+
+
+def run_settings(settings: Settings, config: RunConfig) -> Settings:
+    """``settings`` with the model roles the run was launched with (as stored in its config, the environment's
+    overrides at launch included): a resume or a worker continues with the run's backends, whatever the
+    defaults are now. Keys stay in the environment (a role names the variable, never the key)."""
+    stored = config.settings.get("roles")
+    if not stored:
+        return settings
+    return settings.model_copy(update={"roles": {name: BackendChoice.model_validate(choice)
+                                                 for name, choice in stored.items()}})
 
 
 def startable(store: Store, run_id: str) -> RunConfig:

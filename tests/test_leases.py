@@ -334,3 +334,17 @@ def test_two_resumes_at_once_judge_each_case_once_and_keep_every_good_result(db_
     good = [j for j in store.judgements(run_id=score_run.id) if j.ok]
     assert sorted(j.case_id for j in good) == ids
     assert store.get_run(score_run.id).status == RunStatus.COMPLETED
+
+
+def test_a_worker_uses_the_model_roles_the_run_was_launched_with(db_url: str, counting: None) -> None:
+    from medeval_core.records import RunConfig as Config
+
+    settings = load_settings()
+    [role, choice] = next(iter(settings.roles.items()))
+    launched = settings.model_copy(update={"roles": {**settings.roles, role: choice.model_copy(
+        update={"model": "chosen-at-launch", "api_key_env": "SOME_KEY_VARIABLE"})}})
+    run_id = workers.create_run(launched, "counting", {"n_cases": 1})
+    config = Config.model_validate(open_store(db_url).get_run(run_id).config)
+    assert "SOME_KEY_VARIABLE" in str(config.settings) and settings.role(role).model != "chosen-at-launch"
+    resumed = service.run_settings(settings, config)
+    assert resumed.role(role).model == "chosen-at-launch" and resumed.db_url == settings.db_url
