@@ -27,24 +27,10 @@ from pydantic import BaseModel
 
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.stats import bootstrap_mean_ci, mcnemar_exact, wilson_intervals
-from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.records import CaseResult, CaseStatus, MetricSummary
 
 if TYPE_CHECKING:
     from medeval_core.store import Store
-
-
-class MetricSummary(BaseModel):
-    metric: str
-    kind: str  # "proportion" or "mean"
-    n: int
-    """Cases: each case's repetitions are averaged first."""
-    value: float
-    ci_low: float
-    ci_high: float
-    draws: int | None = None
-    """Values before the per-case reduction (cases x repetitions scored)."""
-    interval: str = ""
-    """How the interval was computed: "wilson" or "percentile bootstrap"."""
 
 
 class PairedComparison(BaseModel):

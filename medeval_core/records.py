@@ -162,3 +162,19 @@ class Annotation(BaseModel):
     criterion: str
     value: str
     payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class MetricSummary(BaseModel):
+    """One metric of a run over its finished cases, with its interval (``medeval_core.compare``)."""
+
+    metric: str
+    kind: str  # "proportion" or "mean"
+    n: int
+    """Cases: each case's repetitions are averaged first."""
+    value: float
+    ci_low: float
+    ci_high: float
+    draws: int | None = None
+    """Values before the per-case reduction (cases x repetitions scored)."""
+    interval: str = ""
+    """How the interval was computed: "wilson" or "percentile bootstrap"."""

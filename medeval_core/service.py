@@ -27,6 +27,7 @@ from medeval_core.records import (
     CaseOutcome,
     CaseStatus,
     InputFile,
+    MetricSummary,
     RunConfig,
     RunKind,
     RunStatus,
@@ -502,3 +503,23 @@ def run_overview(store: Store, run_id: str) -> RunOverview:
         params=row.config.get("params", {}), inputs=row.config.get("inputs", {}), summary=row.summary,
         error=row.error,
     )
+
+
+class RunSnapshot(BaseModel):
+    """Everything the runs page shows about one run, read in one call so it is drawn from one moment: the
+    overview (state, counts, rate, ETA), the stored summary and the metric summaries over the finished cases."""
+
+    overview: RunOverview
+    summary: RunSummary | None
+    metrics: list[MetricSummary]
+    """Over the finished cases; empty when none finished (no metric over zero cases)."""
+
+
+def run_snapshot(store: Store, run_id: str) -> RunSnapshot:
+    """The run's overview, stored summary and metric summaries together (``compare.run_summaries`` is cached
+    per result stamp, so an unchanged run costs a few small queries per refresh)."""
+    from medeval_core.compare import run_summaries
+
+    overview = run_overview(store, run_id)
+    metrics = run_summaries(store, run_id) if overview.done else []
+    return RunSnapshot(overview=overview, summary=stored_summary(store, run_id), metrics=metrics)

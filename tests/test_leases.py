@@ -147,6 +147,18 @@ def test_every_case_failed_ends_failed_without_a_metric(db_url: str, counting: N
     assert summary is not None and summary.headline == [] and summary.groups == []
     assert summary.notes[0].startswith("No case finished (3 failed")
     assert service.run_overview(store, "all-bad").resumable
+    snapshot = service.run_snapshot(store, "all-bad")
+    assert snapshot.overview.state == "failed" and snapshot.metrics == [] and snapshot.summary == summary
+
+
+def test_a_snapshot_reads_state_summary_and_metrics_of_a_run_together(db_url: str, counting: None) -> None:
+    store = open_store(db_url)
+    service.launch("counting", CountingParams(n_cases=4), load_settings(), store, run_id="fine")
+    snapshot = service.run_snapshot(store, "fine")
+    assert (snapshot.overview.state, snapshot.overview.done, snapshot.overview.eta_s) == ("completed", 4, None)
+    assert snapshot.summary is not None and snapshot.summary.counts.done == 4
+    assert {m.metric for m in snapshot.metrics} == {"index", "repetition"}
+    assert next(m for m in snapshot.metrics if m.metric == "index").value == 1.5
 
 
 def test_the_cli_exits_non_zero_when_every_case_failed(db_url: str, counting: None,
