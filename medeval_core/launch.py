@@ -19,7 +19,9 @@ from medeval_core.data import SOURCES
 from medeval_core.endpoints import EndpointCheck, check_roles
 from medeval_core.forms import FieldSpec, FormError, describe_validation_error, field_specs, form_variants
 from medeval_core.forms import validate_form as validate_values
-from medeval_core.settings import Settings
+from medeval_core.settings import BackendChoice, Settings, overriding_variables
+from medeval_core.store import Store
+from medeval_core.store.model_backends import list_backends
 
 
 class LaunchError(ValueError):
@@ -50,6 +52,42 @@ def form(benchmark: str, settings: Settings, variant: str | None = None) -> list
     return field_specs(_params_model(benchmark), variant=variant, data_folders=data_folders(benchmark, settings))
 
 
+class RoleOption(BaseModel):
+    """One backend the launcher offers for a role: as the settings resolve it now, or a registered one."""
+
+    label: str
+    choice: BackendChoice
+
+
+class RoleChoices(BaseModel):
+    role: str
+    options: list[RoleOption]
+    fixed_by: list[str]
+    """``MEDEVAL_<ROLE>_*`` variables set on the server: they win, so the role offers only what they set."""
+
+
+def role_choices(benchmark: str, settings: Settings, store: Store) -> list[RoleChoices]:
+    """For each model role the benchmark declares: the backend the settings give it now first, then every
+    backend registered for it on the Models page (the run stores the one chosen and keeps it on resume)."""
+    choices = []
+    for role in (r.name for r in registry.spec(benchmark).model_roles):
+        current = settings.role(role)
+        described = " ".join(part for part in (current.backend, current.model, current.base_url or "") if part)
+        options = [RoleOption(label=f"as configured now ({described})", choice=current)]
+        fixed_by = overriding_variables(role)
+        if not fixed_by:
+            options += [RoleOption(label=f"{b.name}: {b.model}" + (f" at {b.base_url}" if b.base_url else ""),
+                                   choice=b.choice())
+                        for b in list_backends(store) if b.role == role and b.choice() != current]
+        choices.append(RoleChoices(role=role, options=options, fixed_by=fixed_by))
+    return choices
+
+
+def settings_with_roles(settings: Settings, roles: Mapping[str, BackendChoice]) -> Settings:
+    """The settings a run is launched with: ``roles`` (the launcher's choices) in place of the current ones."""
+    return settings.model_copy(update={"roles": {**settings.roles, **roles}}) if roles else settings
+
+
 class WorkEstimate(BaseModel):
     cases: int
     repetitions: int
@@ -66,9 +104,14 @@ class LaunchPlan(BaseModel):
     benchmark: str
     variant: str | None
     params: dict[str, Any]
+    roles: dict[str, BackendChoice]
+    """The backends chosen for this run's roles (the run stores them with its settings)."""
     settings: dict[str, Any]
     settings_hash: str
     estimate: WorkEstimate
+
+    def run_settings(self, settings: Settings) -> Settings:
+        return settings_with_roles(settings, self.roles)
 
 
 def _roles(benchmark: str, params: BaseModel, settings: Settings) -> list[str]:
@@ -79,10 +122,13 @@ def _roles(benchmark: str, params: BaseModel, settings: Settings) -> list[str]:
             if settings.role(role).backend in ("openai", "transformers")]
 
 
-def plan(benchmark: str, values: Mapping[str, Any], settings: Settings, variant: str | None = None) -> LaunchPlan:
+def plan(benchmark: str, values: Mapping[str, Any], settings: Settings, variant: str | None = None,
+         roles: Mapping[str, BackendChoice] | None = None) -> LaunchPlan:
     """Validate the form's ``values`` into the benchmark's params, load its cases to count them, and estimate
-    the work. ``LaunchError`` says what to fix; nothing is stored."""
+    the work with the backends ``roles`` chose. ``LaunchError`` says what to fix; nothing is stored."""
     implementation = registry.benchmark(benchmark)
+    chosen = dict(roles or {})
+    settings = settings_with_roles(settings, chosen)
     specs = form(benchmark, settings, variant)
     try:
         params = validate_values(implementation.Params, values, variant=variant, specs=specs)
@@ -95,18 +141,19 @@ def plan(benchmark: str, values: Mapping[str, Any], settings: Settings, variant:
     except (OSError, ValueError) as exc:
         raise LaunchError(f"The cases could not be loaded ({exc}); check the input files in the form.") from None
     repetitions = int(getattr(params, "repetitions", 1))
-    roles = _roles(benchmark, params, settings)
+    checked_roles = _roles(benchmark, params, settings)
     case_runs = len(cases) * repetitions
     return LaunchPlan(
-        benchmark=benchmark, variant=variant, params=params.model_dump(mode="json"), settings=settings.effective(),
+        benchmark=benchmark, variant=variant, params=params.model_dump(mode="json"), roles=chosen,
+        settings=settings.effective(),
         settings_hash=settings.settings_hash(),
-        estimate=WorkEstimate(cases=len(cases), repetitions=repetitions, case_runs=case_runs, model_roles=roles,
-                              min_model_calls=case_runs * len(roles)),
+        estimate=WorkEstimate(cases=len(cases), repetitions=repetitions, case_runs=case_runs, model_roles=checked_roles,
+                              min_model_calls=case_runs * len(checked_roles)),
     )
 
 
 def check_endpoints(launch_plan: LaunchPlan, settings: Settings) -> list[EndpointCheck]:
-    return check_roles(settings, launch_plan.estimate.model_roles)
+    return check_roles(launch_plan.run_settings(settings), launch_plan.estimate.model_roles)
 
 
 class Launched(BaseModel):
@@ -123,7 +170,8 @@ def launch(launch_plan: LaunchPlan, settings: Settings, label: str = "") -> Laun
     if failed:
         raise LaunchError(" ".join(check.message() for check in failed))
     try:
-        run_id = workers.create_run(settings, launch_plan.benchmark, launch_plan.params, label=label or None)
+        run_id = workers.create_run(launch_plan.run_settings(settings), launch_plan.benchmark, launch_plan.params,
+                                    label=label or None)
     except ValidationError as exc:
         raise LaunchError(describe_validation_error(exc)) from None
     except BenchmarkError as exc:

@@ -175,3 +175,29 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     assert run.status == "completed" and len(store.results(run.id)) == 25
     assert run.config["params"]["reads_kb"] is True  # stored as the command line stores it (prepare_params)
     assert run.label == "KB-Bayes on 25 patients"
+
+
+def test_a_backend_chosen_in_the_launcher_is_checked_and_stored_with_the_run(isolated_store: str) -> None:
+    from medeval_core import context
+    from medeval_core.store import model_backends
+
+    store = Store(isolated_store)
+    with FakeOpenAI(Reply(content="a")) as default_server, FakeOpenAI(Reply(content="b")) as chosen_server:
+        for name, server in (("default", default_server), ("other", chosen_server)):
+            model_backends.register_backend(store, model_backends.ModelBackend(
+                role="chat", name=name, backend="openai", model=f"{name}-model", base_url=server.url))
+        settings = context.current_settings()
+        assert settings.role("chat").model == "default-model"
+        [offered] = launch.role_choices("ddxplus", settings, store)
+        labels = [option.label for option in offered.options]
+        assert labels[0].startswith("as configured now (openai default-model") and labels[1].startswith("other:")
+        values = {s.name: s.default for s in launch.form("ddxplus", settings)} | {"limit": 2}
+        plan = launch.plan("ddxplus", values, settings, roles={"chat": offered.options[1].choice})
+        assert plan.settings_hash != settings.settings_hash()  # the chosen backend is part of the run's settings
+        launched = launch.launch(plan, settings, label="chosen backend")
+        assert [c.model for c in launched.checks] == ["other-model"]
+        assert len(chosen_server.chat_requests()) == 1 and not default_server.chat_requests()
+        chosen_url = chosen_server.url
+    stored = store.get_run(launched.run_id).config["settings"]["roles"]["chat"]
+    assert (stored["model"], stored["base_url"]) == ("other-model", chosen_url)
+    assert wait_finished(store, launched.run_id) == "completed"

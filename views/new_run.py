@@ -7,7 +7,7 @@ import streamlit as st
 
 from medeval_core import launch
 from medeval_core.catalog import RUNS
-from medeval_core.context import current_settings
+from medeval_core.context import current_settings, current_store
 from medeval_core.forms import FieldSpec
 from medeval_core.settings import SettingsError
 from medeval_core.text import plain_markdown
@@ -59,6 +59,14 @@ def widget(spec: FieldSpec, key: str) -> object:
 
 with st.form(f"launch_form_{benchmark}_{variant}"):
     values = {spec.name: widget(spec, f"field_{benchmark}_{variant}_{spec.name}") for spec in specs}
+    roles = {}
+    for offered in launch.role_choices(benchmark, settings, current_store()):
+        picked = st.selectbox(
+            f"Model for the {offered.role} role", offered.options, format_func=lambda option: option.label,
+            key=f"role_{benchmark}_{offered.role}", disabled=bool(offered.fixed_by),
+            help=(f"set on the server by {', '.join(offered.fixed_by)}, which wins" if offered.fixed_by else
+                  "register more on the Models page; the run keeps its choice when resumed"))
+        roles[offered.role] = picked.choice
     label = st.text_input("Run label", help="shown in run lists and plot legends", key=f"label_{benchmark}")
     checked = st.form_submit_button("Check parameters", type="secondary")
 
@@ -66,7 +74,7 @@ if checked:
     st.session_state.pop("launch_plan", None)
     with st.spinner("Validating the parameters and counting the cases..."):
         try:
-            st.session_state["launch_plan"] = (launch.plan(benchmark, values, settings, variant), label)
+            st.session_state["launch_plan"] = (launch.plan(benchmark, values, settings, variant, roles), label)
         except launch.LaunchError as exc:
             st.error(plain_markdown(f"Not launched: {exc}"))
 

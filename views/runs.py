@@ -11,7 +11,7 @@ import streamlit as st
 from medeval_core import exports, plots, results, service, workers
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.catalog import NEW_RUN
-from medeval_core.compare import RunComparison, run_comparison, run_summaries
+from medeval_core.compare import RunComparison, run_comparison
 from medeval_core.context import current_settings, current_store
 from medeval_core.errors import StoreError
 from medeval_core.records import RunKind
@@ -120,7 +120,8 @@ def live_section() -> None:
     if st.session_state.get("run_selected") not in names:
         st.session_state["run_selected"] = listings[0].id
     selected = st.selectbox("Run", list(names), format_func=lambda i: f"{names[i]} ({i})", key="run_selected")
-    overview = service.run_overview(store, selected)
+    snapshot = service.run_snapshot(store, selected)  # overview, summary and metrics read at one moment
+    overview = snapshot.overview
     # When the run stops, the whole page (run list, plots across runs, comparison, sidebar) is drawn again, so
     # nothing on it stays at the counts it had while the run was live.
     was_active = st.session_state.get("run_was_active", {}).get(selected, False)
@@ -156,11 +157,11 @@ def live_section() -> None:
         except StoreError as exc:
             st.error(plain_markdown(str(exc)))
 
-    summary = service.stored_summary(store, selected)
+    summary = snapshot.summary
     if summary is not None:
         st.subheader("Summary")
         show_summary(summary)  # a cancelled run's summary says its metrics cover only the finished cases
-    summaries = run_summaries(store, selected)
+    summaries = snapshot.metrics
     if summaries:
         st.subheader("Per-case metrics (95% intervals)")
         st.table(pd.DataFrame([s.model_dump() for s in summaries]).set_index("metric"))
