@@ -47,7 +47,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("run_id", "case_id", "repetition", name="uq_lease_run_case_rep"),
     )
-    op.create_index("ix_case_leases_run_id", "case_leases", ["run_id"])
     op.create_index("ix_case_leases_queue", "case_leases", ["run_id", "done", "id"])
     op.create_table(
         "run_workers",
