@@ -135,6 +135,9 @@ def plan(benchmark: str, values: Mapping[str, Any], settings: Settings, variant:
     except FormError as exc:
         raise LaunchError(str(exc)) from None
     try:
+        # What the run will store (absolute paths, the agent's full settings): a bad agent fails here, before
+        # anything is stored.
+        params = implementation.prepare_params(params, settings)
         cases = implementation.cases(params, settings)
     except BenchmarkError as exc:
         raise LaunchError(str(exc)) from None

@@ -62,6 +62,10 @@ def test_plan_counts_cases_and_hashes_the_settings(data_dir: Path) -> None:
     assert plan.settings_hash == settings.settings_hash() and plan.params["limit"] == 7
     with pytest.raises(launch.LaunchError, match=r"missing\.csv"):
         launch.plan("ddxplus", values | {"patients": str(data_dir / "missing.csv")}, settings)
+    # The params the run will store, as the command line stores them; a bad agent fails here, not in the worker.
+    assert plan.params["reads_kb"] is True and plan.params["agent_params"]["use_kb"] is True
+    with pytest.raises(launch.LaunchError, match="Unknown DDXPlus agent 'weird'"):
+        launch.plan("ddxplus", values | {"agent": "weird"}, settings)
 
 
 def openai_role(url: str, model: str = "fake-model") -> BackendChoice:
