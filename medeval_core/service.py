@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -351,17 +350,6 @@ def startable(store: Store, run_id: str) -> RunConfig:
         raise BenchmarkError(f"Run {run_id} is an interactive session; continue it from its page.")
     registry.benchmark(config.benchmark)
     return config
-
-
-def resume_in_background(run_id: str, settings: Settings, store: Store,
-                         workers: int | None = None) -> threading.Thread:
-    """Resume a run on a daemon thread of this process (the app keeps serving); progress is read back from the
-    store. ``workers.start_worker`` runs it in a process of its own instead, which outlives this one."""
-    startable(store, run_id)
-    thread = threading.Thread(target=resume, args=(run_id, settings, store, workers), name=f"resume-{run_id}",
-                              daemon=True)
-    thread.start()
-    return thread
 
 
 def summarize_run(store: Store, run_id: str, settings: Settings) -> RunSummary:

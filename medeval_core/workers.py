@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from medeval_core import service
 from medeval_core.settings import DEFAULT_VAR_DIR, PROJECT_ROOT, Settings
-from medeval_core.store import Store, open_store
+from medeval_core.store import RunRow, Store, open_store
 
 RunLiveness = service.RunLiveness
 
@@ -70,5 +70,11 @@ def start_worker(settings: Settings, run_id: str, workers: int | None = None) ->
 def run_liveness(store: Store, run_id: str) -> RunLiveness:
     """The run's status as people should see it: *interrupted* when it is stored as running or cancelling but no
     worker is alive (no heartbeat within its lease), *running* when a worker works on a pending run, else the
-    stored status."""
-    return service.run_overview(store, run_id).state
+    stored status. Two small queries; ``run_states`` does a whole run list in two."""
+    return service.liveness(store.get_run(run_id).status, len(store.live_workers(run_id)))
+
+
+def run_states(store: Store, rows: Iterable[RunRow]) -> dict[str, RunLiveness]:
+    """``run_liveness`` of every listed run (rows from ``Store.list_runs``), with one query for all workers."""
+    live = store.live_worker_counts()
+    return {row.id: service.liveness(row.status, live.get(row.id, 0)) for row in rows}

@@ -280,6 +280,7 @@ def test_a_detached_worker_killed_midway_shows_interrupted_and_a_new_one_finishe
     wait_for(lambda: not store.live_workers(run_id), timeout_s=10)
     overview = service.run_overview(store, run_id)
     assert overview.state == "interrupted" and overview.resumable and not overview.active
+    assert workers.run_liveness(store, run_id) == workers.run_states(store, store.list_runs())[run_id]
     assert overview.status == RunStatus.RUNNING  # stored as running: only the heartbeats tell
     done_before = {r.case_id: r.finished_at for r in store.results(run_id)}
     process = worker_process(run_id)
