@@ -406,9 +406,12 @@ def export_results(store: Store, run_id: str, path: Path) -> Path:
 RunLiveness = Literal["pending", "running", "cancelling", "interrupted", "completed", "cancelled", "failed"]
 
 
-def liveness(status: str, live_workers: int) -> RunLiveness:
+def liveness(status: str, live_workers: int, kind: str = RunKind.BATCH) -> RunLiveness:
     """A stored status with the workers' heartbeats taken into account: running or cancelling with no live
-    worker is *interrupted* (its workers died; resume it), a pending run a worker took is *running*."""
+    worker is *interrupted* (its workers died; resume it), a pending run a worker took is *running*. A session
+    has no worker (a page drives it): its stored status stands."""
+    if kind == RunKind.SESSION:
+        return cast(RunLiveness, str(status))
     if status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         return cast(RunLiveness, status) if live_workers else "interrupted"
     if status == RunStatus.PENDING and live_workers:
@@ -480,7 +483,7 @@ def run_overview(store: Store, run_id: str) -> RunOverview:
     counts = store.result_counts(run_id)
     done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
     live = len(store.live_workers(run_id))
-    state = liveness(row.status, live)
+    state = liveness(row.status, live, row.kind)
     pending = None if row.expected_cases is None else max(row.expected_cases - done - failed, 0)
     rate, eta = _rate_and_eta(store, row, state, pending)
     return RunOverview(

@@ -71,10 +71,11 @@ def run_liveness(store: Store, run_id: str) -> RunLiveness:
     """The run's status as people should see it: *interrupted* when it is stored as running or cancelling but no
     worker is alive (no heartbeat within its lease), *running* when a worker works on a pending run, else the
     stored status. Two small queries; ``run_states`` does a whole run list in two."""
-    return service.liveness(store.get_run(run_id).status, len(store.live_workers(run_id)))
+    row = store.get_run(run_id)
+    return service.liveness(row.status, len(store.live_workers(run_id)), row.kind)
 
 
 def run_states(store: Store, rows: Iterable[RunRow]) -> dict[str, RunLiveness]:
     """``run_liveness`` of every listed run (rows from ``Store.list_runs``), with one query for all workers."""
     live = store.live_worker_counts()
-    return {row.id: service.liveness(row.status, live.get(row.id, 0)) for row in rows}
+    return {row.id: service.liveness(row.status, live.get(row.id, 0), row.kind) for row in rows}

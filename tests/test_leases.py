@@ -361,3 +361,20 @@ def test_a_worker_uses_the_model_roles_the_run_was_launched_with(db_url: str, co
     assert "SOME_KEY_VARIABLE" in str(config.settings) and settings.role(role).model != "chosen-at-launch"
     resumed = service.run_settings(settings, config)
     assert resumed.role(role).model == "chosen-at-launch" and resumed.db_url == settings.db_url
+
+
+def test_an_interactive_session_round_trips_on_each_database(db_url: str, counting: None) -> None:
+    """Sessions (walkthroughs, lesion evaluations) use the same store on PostgreSQL as on SQLite; they have no
+    worker and show their own status, never interrupted."""
+    from medeval_core.sessions import Session
+
+    store, settings = open_store(db_url), load_settings()
+    session = Session.open(store, settings, "counting", CountingParams(n_cases=1), case_id="case-0000")
+    session.add_turn("person", "count", {"n": 1}, cost=2.5)
+    assert workers.run_liveness(store, session.run_id) == "running"  # open on its page, not interrupted
+    reopened = Session.load(store, settings, session.run_id)
+    assert [(t.actor, t.payload, t.cost) for t in reopened.turns()] == [("person", {"n": 1}, 2.5)]
+    reopened.finish(CaseOutcome(metrics={"index": 0.0}))
+    assert Session.load(store, settings, session.run_id).finished
+    overview = service.run_overview(store, session.run_id)
+    assert overview.kind == "session" and overview.state != "interrupted" and not overview.resumable
