@@ -205,3 +205,18 @@ def test_a_backend_chosen_in_the_launcher_is_checked_and_stored_with_the_run(iso
     stored = store.get_run(launched.run_id).config["settings"]["roles"]["chat"]
     assert (stored["model"], stored["base_url"]) == ("other-model", chosen_url)
     assert wait_finished(store, launched.run_id) == "completed"
+
+
+def test_explicit_case_ids_run_exactly_those_patients(isolated_store: str) -> None:
+    settings = load_settings()
+    values = {s.name: s.default for s in launch.form("ddxplus", settings)} | {"case_ids": '["row-9", "row-3"]'}
+    plan = launch.plan("ddxplus", values, settings)
+    assert plan.estimate.cases == 2 and plan.params["case_ids"] == ["row-9", "row-3"]
+    launched = launch.launch(plan, settings)
+    store = Store(isolated_store)
+    assert wait_finished(store, launched.run_id) == "completed"
+    assert sorted(r.case_id for r in store.results(launched.run_id)) == ["row-3", "row-9"]
+    summary = store.get_run(launched.run_id).summary
+    assert summary["counts"]["done"] == 2 and summary["extras"]["patients"] == 2
+    with pytest.raises(launch.LaunchError, match="no usable patient row-999999"):
+        launch.plan("ddxplus", values | {"case_ids": '["row-999999"]'}, settings)

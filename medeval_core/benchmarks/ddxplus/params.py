@@ -22,5 +22,7 @@ class DDXPlusParams(RunParams):
     agent: str = Field(description="kb-bayes, llm, or an import path 'package.module:Class' of your own agent",
                        examples=list(BUILT_IN_AGENTS))
     limit: int | None = Field(default=None, ge=1, description="question only the first N loaded patients")
+    case_ids: list[str] | None = Field(default=None, description="question only these patients, by case id "
+                                                                   '(["row-0", "row-17"]; row-N is the file\'s row N)')
     agent_params: dict[str, Any] = Field(default_factory=dict, description="the agent's own settings")
     reads_kb: bool = Field(default=False, description="whether the agent read the KB's condition lists")
