@@ -89,8 +89,10 @@ def _figures(summary: RunSummary | None, label: str) -> list[go.Figure]:
 def _figures_html(figures: list[go.Figure]) -> str:
     if not figures:
         return '<p class="note">No plot: no case finished.</p>'
-    # plotly.js inlined with the first figure only: the later ones reuse it, and nothing loads from a CDN.
-    return "".join(figure.to_html(full_html=False, include_plotlyjs=index == 0)
+    # plotly.js inlined with the first figure only: the later ones reuse it, and nothing loads from a CDN. The
+    # template is named: the process default may be Streamlit's theme, which a standalone file does not have.
+    return "".join(figure.update_layout(template="plotly_white").to_html(full_html=False,
+                                                                        include_plotlyjs=index == 0)
                    for index, figure in enumerate(figures))
 
 

@@ -205,3 +205,25 @@ def test_models_page_registers_tests_and_picks_defaults(isolated_store: str) -> 
         test.click().run()
         assert any("answered in" in s.value.replace("\\", "") for s in app.success)
     assert [b.name for b in registry.list_backends(Store(isolated_store))] == ["fake judge"]
+
+
+@pytest.mark.browser
+def test_html_report_renders_offline_in_chromium(isolated_store: str, page, artifacts_dir: Path,
+                                                 tmp_path: Path) -> None:
+    from medeval_core.reports import write_run_report
+
+    store = Store(isolated_store)
+    seeded_run(store)
+    path = write_run_report(store, "r1", tmp_path / "report.html")
+    fetched: list[str] = []
+
+    def refuse_network(route) -> None:
+        fetched.append(route.request.url)
+        route.abort()
+
+    page.route("http*://**/*", refuse_network)  # nothing may load from anywhere but the file itself
+    page.goto(path.as_uri())
+    page.locator(".js-plotly-plot .main-svg").first.wait_for()
+    assert page.locator(".js-plotly-plot").count() >= 2 and not fetched
+    assert page.get_by_text("<script>alert(1)</script>").count() == 1  # the stored error, shown as text
+    page.screenshot(path=str(artifacts_dir / "run_report.png"), full_page=True)
