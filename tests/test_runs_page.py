@@ -326,3 +326,32 @@ def test_case_drill_down_shows_turns_output_judge_attempts_and_model_calls(isola
     assert (calls["latency s"].iloc[0], calls["prompt tokens"].iloc[0]) == (0.25, 120)
     assert answer in [t.value for t in app.text]  # the model's answer as plain text, not Markdown
     assert any("total cost 325.00" in m.value for m in app.markdown)
+
+
+def test_a_run_whose_worker_was_killed_shows_interrupted_and_resumes_from_the_page(
+        isolated_store: str, counting_registered: None) -> None:
+    import os
+    import signal
+
+    from medeval_core import workers
+
+    settings = load_settings()
+    run_id = workers.create_run(settings, "counting", {"n_cases": 30, "sleep_s": 0.2}, label="to be killed")
+    pid = workers.start_worker(settings, run_id)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 60
+    while store.results_stamp(run_id)[0] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    while workers.run_liveness(store, run_id) != "interrupted" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception, app.exception
+    assert app.get("progress")[0].proto.text.startswith("interrupted: ")
+    [resume] = [b for b in app.button if b.label == "Resume"]
+    resume.click().run()
+    assert not app.error, [e.value for e in app.error]
+    while workers.run_liveness(store, run_id) != "completed" and time.monotonic() < deadline + 60:
+        time.sleep(0.2)
+    finished = store.results(run_id)
+    assert len(finished) == 30 and len({r.case_id for r in finished}) == 30 and all(r.ok for r in finished)

@@ -100,14 +100,17 @@ if not store.list_runs(limit=1):
         st.switch_page(NEW_RUN.path)
     st.stop()
 
-any_active = any(workers.run_liveness(store, row.id) in ("running", "cancelling", "pending")
+live_workers = store.live_worker_counts()
+any_active = any(service.liveness(row.status, live_workers.get(row.id, 0)) in ("running", "cancelling", "pending")
                  for row in store.list_runs() if row.kind == RunKind.BATCH)
 
 
 @st.fragment(run_every="2s" if any_active else None)
 def live_section() -> None:
     """The run list and everything about the selected run, read and drawn together."""
-    listings = [r for r in results.run_listings(store, lambda s, row: workers.run_liveness(s, row.id))
+    live = store.live_worker_counts()  # one query for every run's workers
+    listings = [r for r in results.run_listings(store, lambda _, row: service.liveness(row.status,
+                                                                                        live.get(row.id, 0)))
                 if r.kind != RunKind.SESSION]
     if not listings:
         st.info("No batch runs yet; past interactive sessions are listed below.")
