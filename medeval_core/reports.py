@@ -14,10 +14,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from medeval_core import plots
+from medeval_core import plots, service
 from medeval_core.benchmark import RunSummary
 from medeval_core.records import utc_now
-from medeval_core.results import case_rows, run_label, summary_of
+from medeval_core.results import case_rows, run_label
 from medeval_core.store import Store
 
 SECTIONS = ("Summary", "Settings and versions", "Plots", "Per-case results")
@@ -99,7 +99,7 @@ def _figures_html(figures: list[go.Figure]) -> str:
 def run_report_html(store: Store, run_id: str) -> str:
     """The whole report as one HTML document."""
     row = store.get_run(run_id)
-    summary = summary_of(row)
+    summary = service.stored_summary(store, run_id)
     label = run_label(row)
     config = row.config if isinstance(row.config, dict) else {}
     results = store.results(run_id)

@@ -75,21 +75,13 @@ def headline_text(metric: Metric | None) -> str:
     return f"{metric.name} {metric.format(metric.value)}{interval}, n={metric.n}"
 
 
-def summary_of(row: RunRow) -> RunSummary | None:
-    """The run's stored summary (None when it has none in the current shape)."""
-    try:
-        return RunSummary.model_validate(row.summary) if row.summary else None
-    except ValueError:
-        return None
-
-
 def run_listings(store: Store, status_of: Any = None) -> list[RunListing]:
     """Every run, newest first. ``status_of(store, row)`` gives the status to show (the workers' liveness: a run
     whose workers died is *interrupted*); the stored status otherwise."""
     listings = []
     for row in store.list_runs():
         params = row.config.get("params", {}) if isinstance(row.config, dict) else {}
-        summary = summary_of(row)
+        summary = service.stored_summary(store, row.id)
         listings.append(RunListing(
             id=row.id, label=row.label, benchmark=row.benchmark, kind=row.kind,
             status=status_of(store, row) if status_of is not None else row.status,
@@ -305,8 +297,7 @@ def stored_summaries(store: Store, run_ids: Sequence[str]) -> dict[str, RunSumma
     """Run label -> stored summary, for the runs that have one (plots across runs)."""
     summaries = {}
     for run_id in run_ids:
-        row = store.get_run(run_id)
         summary = service.stored_summary(store, run_id)
         if summary is not None:
-            summaries[run_label(row)] = summary
+            summaries[run_label(store.get_run(run_id))] = summary
     return summaries
