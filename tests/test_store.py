@@ -58,7 +58,7 @@ def test_a_finished_result_cannot_be_written_twice(store: Store) -> None:
 def test_unique_key_holds_at_the_database_level(store: Store) -> None:
     store.create_run(RunConfig(benchmark="demo"), run_id="r")
     store.save_result(ok_result("r", "c1"))
-    with store.engine.begin() as connection, pytest.raises(Exception, match="(?i)unique"):
+    with store.engine.begin() as connection, pytest.raises(Exception, match=r"(?i)unique"):
         connection.execute(text(
             "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics) "
             "VALUES ('r', 'c1', 0, 'ok', '{}', '{}')"
@@ -98,7 +98,7 @@ def test_turns_judgements_and_annotations_are_stored(store: Store) -> None:
 def test_a_dialogue_is_written_whole_or_not_at_all(store: Store) -> None:
     store.create_run(RunConfig(benchmark="demo"), run_id="r")
     duplicate_index = [Turn(run_id="r", case_id="c1", index=0, actor="a", action="ask")] * 2
-    with pytest.raises(Exception, match="(?i)unique"):
+    with pytest.raises(Exception, match=r"(?i)unique"):
         store.add_turns(duplicate_index)
     assert store.turns("r", "c1") == []
 
