@@ -378,3 +378,17 @@ def test_an_interactive_session_round_trips_on_each_database(db_url: str, counti
     assert Session.load(store, settings, session.run_id).finished
     overview = service.run_overview(store, session.run_id)
     assert overview.kind == "session" and overview.state != "interrupted" and not overview.resumable
+
+
+def test_the_cli_lists_and_shows_a_run_whose_workers_died_as_interrupted(db_url: str,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from medeval_core.cli import main
+
+    store = Store(db_url)
+    store.create_run(RunConfig(benchmark="demo"), run_id="left-running", expected_cases=3)
+    store.update_run("left-running", status=RunStatus.RUNNING)  # as a killed process leaves it
+    assert main(["runs", "list"]) == 0
+    assert "interrupted" in capsys.readouterr().out
+    assert main(["runs", "show", "left-running"]) == 0
+    out = capsys.readouterr().out
+    assert "left-running: demo batch run, interrupted" in out and "resume left-running" in out

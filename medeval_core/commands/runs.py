@@ -94,14 +94,18 @@ def register(groups: CommandGroups) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows = current_store().list_runs(benchmark=args.benchmark)
+    from medeval_core.workers import run_states
+
+    store = current_store()
+    rows = store.list_runs(benchmark=args.benchmark)
+    states = run_states(store, rows)  # "interrupted" where a running run's workers are gone
     if args.json:
-        print_json([row.model_dump(mode="json", exclude={"config"}) for row in rows])
+        print_json([{**row.model_dump(mode="json", exclude={"config"}), "state": states[row.id]} for row in rows])
         return 0
     if not rows:
         print("No runs stored yet.")
     for row in rows:
-        print(f"{row.id}  {row.benchmark:<10} {row.status:<10} {row.created_at:%Y-%m-%d %H:%M}  {row.label}")
+        print(f"{row.id}  {row.benchmark:<10} {states[row.id]:<11} {row.created_at:%Y-%m-%d %H:%M}  {row.label}")
     return 0
 
 
@@ -114,7 +118,11 @@ def _show(args: argparse.Namespace) -> int:
         print_json(overview.model_dump(mode="json"))
         return 0
     source = f" scoring {overview.source_run_id}" if overview.source_run_id else ""
-    print(f"{overview.id}: {overview.benchmark} {overview.kind} run{source}, {overview.status}")
+    print(f"{overview.id}: {overview.benchmark} {overview.kind} run{source}, {overview.state}")
+    if overview.state == "interrupted":
+        print(f"Its workers stopped; continue with `python -m medeval_core resume {overview.id}`.")
+    elif overview.eta_s is not None and overview.rate_per_s is not None:
+        print(f"{overview.live_workers} worker(s), {overview.rate_per_s:.2f} cases/s, eta {overview.eta_s:.0f}s")
     summary = service.stored_summary(store, args.run_id)
     if summary is None:
         print(f"expected {overview.expected_cases}, done {overview.done}, failed {overview.failed}, "
