@@ -9,7 +9,7 @@ record is what the runner stored with it (turns, judge attempts, model calls).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -75,17 +75,16 @@ def headline_text(metric: Metric | None) -> str:
     return f"{metric.name} {metric.format(metric.value)}{interval}, n={metric.n}"
 
 
-def run_listings(store: Store, status_of: Any = None) -> list[RunListing]:
-    """Every run, newest first. ``status_of(store, row)`` gives the status to show (the workers' liveness: a run
-    whose workers died is *interrupted*); the stored status otherwise."""
+def run_listings(store: Store, rows: Sequence[RunRow], states: Mapping[str, str]) -> list[RunListing]:
+    """``rows`` (runs, newest first) with the status people should see (``states``: the workers' liveness, a run
+    whose workers died is *interrupted*; the stored status for a run missing from it)."""
     listings = []
-    for row in store.list_runs():
+    for row in rows:
         params = row.config.get("params", {}) if isinstance(row.config, dict) else {}
         summary = service.stored_summary(store, row.id)
         listings.append(RunListing(
             id=row.id, label=row.label, benchmark=row.benchmark, kind=row.kind,
-            status=status_of(store, row) if status_of is not None else row.status,
-            agent=_agent(params), judge=_judge(row, params),
+            status=states.get(row.id, row.status), agent=_agent(params), judge=_judge(row, params),
             headline=headline_text(summary.headline[0] if summary and summary.headline else None),
             expected_cases=row.expected_cases, created_at=row.created_at, source_run_id=row.source_run_id,
         ))

@@ -100,18 +100,17 @@ if not store.list_runs(limit=1):
         st.switch_page(NEW_RUN.path)
     st.stop()
 
-live_workers = store.live_worker_counts()
-any_active = any(service.liveness(row.status, live_workers.get(row.id, 0)) in ("running", "cancelling", "pending")
-                 for row in store.list_runs() if row.kind == RunKind.BATCH)
+batch_rows = [row for row in store.list_runs() if row.kind == RunKind.BATCH]
+any_active = any(state in ("running", "cancelling", "pending")
+                 for state in workers.run_states(store, batch_rows).values())
 
 
 @st.fragment(run_every="2s" if any_active else None)
 def live_section() -> None:
     """The run list and everything about the selected run, read and drawn together."""
-    live = store.live_worker_counts()  # one query for every run's workers
-    listings = [r for r in results.run_listings(store, lambda _, row: service.liveness(row.status,
-                                                                                        live.get(row.id, 0)))
-                if r.kind != RunKind.SESSION]
+    rows = store.list_runs()
+    states = workers.run_states(store, rows)  # one query for every run's workers
+    listings = [r for r in results.run_listings(store, rows, states) if r.kind != RunKind.SESSION]
     if not listings:
         st.info("No batch runs yet; past interactive sessions are listed below.")
         return
