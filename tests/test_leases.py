@@ -392,3 +392,23 @@ def test_the_cli_lists_and_shows_a_run_whose_workers_died_as_interrupted(db_url:
     assert main(["runs", "show", "left-running"]) == 0
     out = capsys.readouterr().out
     assert "left-running: demo batch run, interrupted" in out and "resume left-running" in out
+
+
+def test_a_killed_worker_not_yet_reaped_is_dead_on_its_host(db_url: str) -> None:
+    """A zombie (killed, its parent has not collected it) still answers signal 0; it must not count as alive."""
+    from medeval_core.store import HOST
+
+    store = Store(db_url)
+    store.create_run(RunConfig(benchmark="t"), run_id="r")
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        store.join_run("r", a_worker("r", "sleeper").model_copy(update={"host": HOST, "pid": child.pid}),
+                       list, {"status": RunStatus.RUNNING})
+        assert [w.id for w in store.live_workers("r")] == ["sleeper"]
+        os.kill(child.pid, signal.SIGKILL)
+        wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+        # Dead at once, though its heartbeat row would count as alive for another 30 s.
+        assert store.live_workers("r") == [] and workers.run_liveness(store, "r") == "interrupted"
+    finally:
+        child.kill()
+        child.wait()

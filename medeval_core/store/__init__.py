@@ -665,13 +665,19 @@ HOST = socket.gethostname()
 
 
 def _process_exists(pid: int) -> bool:
+    """Whether the process runs. A killed worker whose parent has not reaped it (a zombie, e.g. when the app that
+    started it was restarted and PID 1 does not reap) still answers signal 0, so Linux's state letter decides."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: it exists
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc here: signal 0 is all there is
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Row[Any]]:
