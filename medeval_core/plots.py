@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from pydantic import BaseModel
 
-from medeval_core.benchmark import Metric, RunSummary
+from medeval_core.benchmark import RunSummary
 from medeval_core.compare import MetricSummary
 
 ACCURACY_METRICS = ("accuracy", "GTPA@1")
@@ -36,35 +36,6 @@ def metric_intervals(series: Mapping[str, Sequence[MetricSummary]]) -> go.Figure
             hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>",
         )
     figure.update_layout(barmode="group", yaxis_title="value (95% CI)", **_LAYOUT)
-    return figure
-
-
-def _bar_values(metrics: Sequence[Metric]) -> tuple[list[str], list[float], list[float], list[float]]:
-    names: list[str] = []
-    values: list[float] = []
-    above: list[float] = []
-    below: list[float] = []
-    for metric in metrics:
-        if metric.value is None:
-            continue
-        names.append(metric.name)
-        values.append(metric.value)
-        low, high = metric.interval or (metric.value, metric.value)
-        above.append(high - metric.value)
-        below.append(metric.value - low)
-    return names, values, above, below
-
-
-def headline_intervals(summaries: Mapping[str, RunSummary], metrics: Sequence[str] | None = None) -> go.Figure:
-    """Each headline metric (or those named) with its interval bars, one series per run label."""
-    figure = go.Figure()
-    for label, summary in summaries.items():
-        chosen = [m for m in summary.headline if metrics is None or m.name in metrics]
-        names, values, above, below = _bar_values(chosen)
-        figure.add_bar(name=label, x=names, y=values,
-                       error_y={"type": "data", "symmetric": False, "array": above, "arrayminus": below},
-                       hovertemplate="%{x}: %{y:.3f}<extra>" + label + "</extra>")
-    figure.update_layout(barmode="group", yaxis_title="value (95% interval where given)", **_LAYOUT)
     return figure
 
 

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from medeval_core import plots, service
 from medeval_core.benchmark import RunSummary
+from medeval_core.compare import run_summaries
 from medeval_core.records import utc_now
 from medeval_core.results import case_rows, run_label
 from medeval_core.store import Store
@@ -72,10 +73,10 @@ def _summary_html(summary: RunSummary | None) -> str:
     return "".join(parts)
 
 
-def _figures(summary: RunSummary | None, label: str) -> list[go.Figure]:
+def _figures(store: Store, run_id: str, summary: RunSummary | None, label: str) -> list[go.Figure]:
     if summary is None or not summary.counts.done:
         return []
-    figures = [plots.headline_intervals({label: summary})]
+    figures = [plots.metric_intervals({label: run_summaries(store, run_id)})]
     for dimension in plots.group_dimensions(summary):
         first = next((g for g in summary.groups if g.dimension == dimension), None)
         if first and first.metrics:
@@ -118,7 +119,7 @@ def run_report_html(store: Store, run_id: str) -> str:
         "<h3>Parameters</h3>", f"<pre>{escape(json.dumps(config.get('params', {}), indent=2, default=str))}</pre>",
         "<h3>Input files</h3>", _table([{"name": name, **info} for name, info in config.get("inputs", {}).items()]),
         "<h3>Versions</h3>", _table([{"library": k, "version": v} for k, v in (row.versions or {}).items()]),
-        f"<h2>{SECTIONS[2]}</h2>", _figures_html(_figures(summary, label)),
+        f"<h2>{SECTIONS[2]}</h2>", _figures_html(_figures(store, run_id, summary, label)),
         f"<h2>{SECTIONS[3]} ({len(rows)})</h2>", _table(rows),
     ]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

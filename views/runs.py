@@ -11,7 +11,7 @@ import streamlit as st
 from medeval_core import exports, plots, results, service, workers
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.catalog import NEW_RUN
-from medeval_core.compare import RunComparison, run_comparison
+from medeval_core.compare import RunComparison, run_comparison, run_summaries
 from medeval_core.context import current_settings, current_store
 from medeval_core.errors import StoreError
 from medeval_core.records import RunKind
@@ -221,11 +221,11 @@ labels = {r.id: results.run_label(r) for r in batch_runs}
 st.header("Across runs")
 chosen = st.multiselect("Runs", list(labels), default=list(labels)[:4], format_func=labels.get, key="across_runs")
 if chosen:
-    stored = results.stored_summaries(store, chosen)
-    finished = {label: s for label, s in stored.items() if s.counts.done}
-    if finished:
-        st.plotly_chart(plots.headline_intervals(finished), width="stretch", key="across")
-        points = plots.cost_points(finished)
+    # Per-case metric summaries (cached per result stamp): every metric has its 95% interval there.
+    across = {labels[run_id]: metrics for run_id in chosen if (metrics := run_summaries(store, run_id))}
+    if across:
+        st.plotly_chart(plots.metric_intervals(across), width="stretch", key="across")
+        points = plots.cost_points(results.stored_summaries(store, chosen))
         if points:
             st.plotly_chart(plots.accuracy_vs_cost(points), width="stretch", key="pareto")
     else:
