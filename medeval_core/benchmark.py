@@ -218,6 +218,11 @@ class Benchmark(ABC, Generic[P, C, O]):
         only compared, case by case, when it is). By default the input files' contents (their sha256)."""
         return {f"{name} sha256": item.sha256 for name, item in sorted(inputs.items())}
 
+    def form_defaults(self, settings: Settings, variant: str | None = None) -> dict[str, Any]:
+        """Field -> the value the launch form starts with where the ``Params`` field has no default of its own
+        (values that come from the settings, such as the protocol's generation settings); none by default."""
+        return {}
+
     def prepare_params(self, params: P, settings: Settings) -> P:
         """The params a new run stores, completed from what a form or caller gave (absolute paths, the full
         settings of what they name), so a run made by ``service.create_run`` stores what the command line

@@ -132,9 +132,10 @@ def _form_model(model: type[BaseModel], variant: str | None) -> tuple[type[BaseM
 
 
 def field_specs(model: type[BaseModel], *, variant: str | None = None, exclude: Sequence[str] = (),
-                data_folders: Sequence[Path] = ()) -> list[FieldSpec]:
+                data_folders: Sequence[Path] = (), defaults: Mapping[str, Any] | None = None) -> list[FieldSpec]:
     """The form of ``model`` (or of its ``variant``), in declaration order. ``data_folders`` are the benchmark's
-    data-source folders, searched for a field marked ``input: file`` or ``input: folder``."""
+    data-source folders, searched for a field marked ``input: file`` or ``input: folder``; ``defaults`` fill
+    fields the model gives no default (``Benchmark.form_defaults``)."""
     form, discriminator = _form_model(model, variant)
     specs = []
     for name, info in form.model_fields.items():
@@ -149,6 +150,8 @@ def field_specs(model: type[BaseModel], *, variant: str | None = None, exclude: 
         if source is not None:
             suggestions += _data_entries(data_folders, source)
         default = _default(info)
+        if default is None and defaults and name in defaults:
+            default = defaults[name]
         if default is None and info.is_required() and suggestions:
             default = suggestions[0]
         specs.append(FieldSpec(
@@ -212,15 +215,17 @@ def validate_form(model: type[BaseModel], values: Mapping[str, Any], *, variant:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise FormError(describe_validation_error(exc, by_name)) from None
+        raise FormError(describe_validation_error(exc, by_name, variant=variant)) from None
 
 
-def describe_validation_error(exc: ValidationError, specs: Mapping[str, FieldSpec] | None = None) -> str:
+def describe_validation_error(exc: ValidationError, specs: Mapping[str, FieldSpec] | None = None,
+                              variant: str | None = None) -> str:
     """One sentence per invalid field, named as the form labels it (``limit: must be at least 1.``)."""
     sentences = []
     for error in exc.errors():
-        # A discriminated union's errors start with the variant's tag; the form shows the field after it.
         location = [str(part) for part in error["loc"] if not str(part).isdigit()]
+        if variant is not None and location[:1] == [variant]:
+            location = location[1:]  # a discriminated union's errors start with the variant's tag
         field = next((part for part in location if specs and part in specs), location[-1] if location else "")
         label = specs[field].label if specs and field in specs else field.replace("_", " ")
         message = error["msg"].rstrip(".")

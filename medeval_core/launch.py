@@ -49,7 +49,8 @@ def data_folders(benchmark: str, settings: Settings) -> list[Path]:
 
 
 def form(benchmark: str, settings: Settings, variant: str | None = None) -> list[FieldSpec]:
-    return field_specs(_params_model(benchmark), variant=variant, data_folders=data_folders(benchmark, settings))
+    return field_specs(_params_model(benchmark), variant=variant, data_folders=data_folders(benchmark, settings),
+                       defaults=registry.benchmark(benchmark).form_defaults(settings, variant))
 
 
 class RoleOption(BaseModel):

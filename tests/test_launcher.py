@@ -39,6 +39,17 @@ def test_discriminated_params_are_one_form_per_launchable_variant() -> None:
     assert params.root.stage == "responses" and params.root.responses_file == "/tmp/r.jsonl"
 
 
+def test_ddi_model_stage_form_starts_from_the_protocol_settings(data_dir: Path) -> None:
+    settings = load_settings()
+    specs = {s.name: s for s in launch.form("ddi", settings, "model")}
+    assert specs["generation"].default == settings.generation.model_dump(mode="json")  # configs/evaluation.json
+    assert specs["prompt"].default["user"] and specs["source"].default == {"images_dir": str(data_dir / "ddi")}
+    with pytest.raises(launch.LaunchError) as raised:
+        launch.plan("ddi", {"mode": "open"}, settings, "model")
+    # the variant's tag ("model") is not mistaken for the field called model
+    assert str(raised.value).startswith("source: is required") and "model backend: is required" in str(raised.value)
+
+
 def test_validation_names_every_wrong_field_in_one_sentence_each() -> None:
     with pytest.raises(FormError) as raised:
         validate_form(DDXPlusParams, {"patients": "p.csv", "kb": "kb", "agent": "kb-bayes", "workers": 0,

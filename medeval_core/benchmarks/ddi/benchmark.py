@@ -43,7 +43,7 @@ from medeval_core.benchmarks.ddi.cases import DDI_METADATA, CaseSourceError, Ddi
 from medeval_core.benchmarks.ddi.images import load_image_file
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
-from medeval_core.benchmarks.ddi.tasks import canonical_label, score_label
+from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
@@ -319,6 +319,18 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
         if isinstance(root, ResponsesParams):
             return {"responses": root.responses_file}
         return {}
+
+    def form_defaults(self, settings: Settings, variant: str | None = None) -> dict[str, Any]:
+        """The model stage starts from the protocol: the generation settings of configs/evaluation.json, the
+        open-ended prompts, the DDI folder under the data directory and the vlm role's backend."""
+        if variant != "model":
+            return {}
+        vlm = settings.role("vlm")
+        backend = {"model_backend": vlm.backend, "model": vlm.model, "base_url": vlm.base_url} \
+            if vlm.backend in ("openai", "transformers") else {}
+        return {"source": {"images_dir": str(settings.data_dir / "ddi")},
+                "generation": settings.generation.model_dump(mode="json"),
+                "prompt": open_prompt(settings.prompts_dir).model_dump(mode="json"), **backend}
 
     def models(self, params: DdiParams, settings: Settings) -> dict[str, Callable[[], Any]]:
         root = params.root
