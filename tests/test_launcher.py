@@ -231,3 +231,16 @@ def test_explicit_case_ids_run_exactly_those_patients(isolated_store: str) -> No
     assert summary["counts"]["done"] == 2 and summary["extras"]["patients"] == 2
     with pytest.raises(launch.LaunchError, match="no usable patient row-999999"):
         launch.plan("ddxplus", values | {"case_ids": '["row-999999"]'}, settings)
+
+
+def test_launcher_page_offers_the_ddi_stages_and_reports_missing_data_as_text() -> None:
+    app = AppTest.from_file(NEW_RUN_PAGE, default_timeout=60).run()
+    app.selectbox(key="launch_benchmark").set_value("ddi").run()
+    assert not app.exception, app.exception
+    assert list(app.radio(key="launch_variant_ddi").options) == ["model", "responses"]
+    app.radio(key="launch_variant_ddi").set_value("responses").run()
+    app.text_input(key="field_ddi_responses_responses_file").input("/nowhere/*responses*.jsonl")
+    app.button[0].click().run()
+    assert not app.exception
+    [error] = app.error
+    assert error.value.startswith("Not launched") and "\\*responses\\*" in error.value  # the path stays literal
