@@ -6,7 +6,8 @@ A ``Params`` that is a ``RootModel`` over a discriminated union (DDI: one model 
 ``form_variants`` names them and ``field_specs(model, variant=...)`` gives that variant's fields.
 
 Fields mark where their value comes from with ``json_schema_extra={"input": "file"}`` (or ``"folder"``): the form
-then suggests the files (or folders) of the benchmark's data sources under ``MEDEVAL_DATA_DIR``.
+then suggests the files (or folders) of the benchmark's data sources under ``MEDEVAL_DATA_DIR``;
+``{"in_form": False}`` leaves out a field that ``Benchmark.prepare_params`` derives.
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ def field_specs(model: type[BaseModel], *, variant: str | None = None, exclude: 
         kind, choices = _kind(annotation)
         low, high = _limits(info)
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if extra.get("in_form") is False:
+            continue  # derived when the run is prepared (``Benchmark.prepare_params``), not asked for
         source: InputSource | None = extra.get("input") if extra.get("input") in ("file", "folder") else None  # type: ignore[assignment]
         suggestions = [str(value) for value in (info.examples or [])]
         if source is not None:

@@ -28,7 +28,8 @@ def test_form_fields_carry_defaults_limits_help_and_data_suggestions(data_dir: P
     assert specs["patients"].required and specs["patients"].default.endswith("patients_sample_en.csv")
     assert specs["kb"].source == "folder" and specs["kb"].default == str((data_dir / "ddxplus").resolve())
     assert specs["agent"].suggestions == ("kb-bayes", "llm")
-    assert specs["agent_params"].kind == "json" and specs["reads_kb"].kind == "boolean"
+    assert specs["agent_params"].kind == "json"
+    assert "reads_kb" not in specs  # the agent says whether it reads the KB (prepare_params), nobody types it
 
 
 def test_discriminated_params_are_one_form_per_launchable_variant() -> None:
@@ -171,7 +172,8 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     page.get_by_role("spinbutton", name="limit (optional)").fill("25")
     page.get_by_role("textbox", name="Run label").fill("KB-Bayes on 25 patients")
     page.get_by_role("button", name="Check parameters").click()
-    page.get_by_role("heading", name="Plan").wait_for()
+    page.get_by_role("button", name="Launch").wait_for()
+    page.screenshot(path=str(artifacts_dir / "new_run_plan.png"), full_page=True)
     page.get_by_role("button", name="Launch").click()
     page.get_by_text("Launched run").wait_for()
     page.get_by_role("button", name="Watch it on the Batch runs page").click()

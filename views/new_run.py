@@ -31,7 +31,7 @@ specs = launch.form(benchmark, settings, variant)
 
 def widget(spec: FieldSpec, key: str) -> object:
     """The widget for one field; an optional field starts empty ("not set")."""
-    label = spec.label + ("" if spec.required else " (optional)")
+    label = spec.label + (" (optional)" if spec.optional else "")
     help_text = spec.help or None
     if spec.kind == "boolean":
         return st.checkbox(label, value=bool(spec.default), help=help_text, key=key)

@@ -25,4 +25,5 @@ class DDXPlusParams(RunParams):
     case_ids: list[str] | None = Field(default=None, description="question only these patients, by case id "
                                                                    '(["row-0", "row-17"]; row-N is the file\'s row N)')
     agent_params: dict[str, Any] = Field(default_factory=dict, description="the agent's own settings")
-    reads_kb: bool = Field(default=False, description="whether the agent read the KB's condition lists")
+    reads_kb: bool = Field(default=False, description="whether the agent read the KB's condition lists",
+                           json_schema_extra={"in_form": False})  # the agent says so (prepare_params)
