@@ -227,3 +227,27 @@ def test_html_report_renders_offline_in_chromium(isolated_store: str, page, arti
     assert page.locator(".js-plotly-plot").count() >= 2 and not fetched
     assert page.get_by_text("<script>alert(1)</script>").count() == 1  # the stored error, shown as text
     page.screenshot(path=str(artifacts_dir / "run_report.png"), full_page=True)
+
+
+@pytest.mark.browser
+def test_models_page_registers_a_backend_in_chromium(streamlit_app, page, artifacts_dir: Path,
+                                                     tmp_path_factory) -> None:
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('models-browser') / 'medeval.db'}"
+    with FakeOpenAI(Reply(content="p")) as server:
+        page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/models")
+        page.get_by_role("heading", name="Register a backend").wait_for()
+        page.get_by_test_id("stSelectbox").filter(has_text="Role").click()
+        page.get_by_role("option", name="chat").click()
+        page.get_by_role("textbox", name="Name", exact=True).fill("local vLLM")
+        page.get_by_role("textbox", name="Base URL", exact=True).fill(server.url)
+        page.get_by_role("textbox", name="Model", exact=True).fill("fake-model")
+        page.get_by_role("button", name="Register").click()
+        page.get_by_text("Registered local vLLM for chat as its default.").wait_for()
+        page.get_by_role("button", name="Test").click()
+        page.get_by_text("answered in").wait_for()
+        page.get_by_role("button", name="Remove").wait_for()  # the rerun has drawn the whole page again
+        page.screenshot(path=str(artifacts_dir / "models.png"), full_page=True)
+        assert len(server.chat_requests()) == 2  # one before saving, one for Test
+    [saved] = registry.list_backends(Store(db_url))
+    assert (saved.role, saved.model, saved.is_default, saved.api_key_env) == ("chat", "fake-model", True,
+                                                                             "MEDEVAL_CHAT_API_KEY")

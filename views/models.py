@@ -12,6 +12,7 @@ from medeval_core.endpoints import check_backend
 from medeval_core.errors import StoreError
 from medeval_core.forms import describe_validation_error
 from medeval_core.settings import overriding_variables
+from medeval_core.status import backend_status
 from medeval_core.store import model_backends
 from medeval_core.text import plain_markdown
 
@@ -30,12 +31,13 @@ roles = list(dict.fromkeys([*declared, *settings.roles]))
 st.subheader("In use now")
 if notice := st.session_state.pop("models_notice", None):
     st.success(plain_markdown(notice))
+in_use = {role: backend_status(role, settings.role(role), declared.get(role)) for role in roles}
 st.dataframe(pd.DataFrame([
-    {"role": role, "used by": ", ".join(declared.get(role, [])), "backend": settings.role(role).backend,
-     "model": settings.role(role).model, "base URL": settings.role(role).base_url or "",
-     "key variable": settings.role(role).api_key_env,
+    {"role": role, "used by": status.used_by, "backend": status.backend, "model": status.model,
+     "base URL": status.base_url or "", "key variable": status.api_key_env,
+     "key set": status.api_key_set if status.backend == "openai" else None,
      "set by the environment": ", ".join(overriding_variables(role))}
-    for role in roles]), hide_index=True, width="stretch")
+    for role, status in in_use.items()]), hide_index=True, width="stretch")
 
 st.subheader("Registered backends")
 backends = model_backends.list_backends(store)
