@@ -23,7 +23,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -169,7 +169,8 @@ class _Claims:
             elapsed = time.monotonic() - self.tally.started
             rate = self.tally.finished_now / elapsed if elapsed > 0 else 0.0
             size = int(min(runner.max_claim, max(runner.workers, rate * runner.claim_target_s)))
-            claimed = runner.store.claim_cases(self.run_id, self.worker_id, size, runner.lease_s)
+            claimed = runner.store.claim_cases(self.run_id, self.worker_id, size, runner.lease_s,
+                                               grouped=runner.claim_group is not None)
             for lease_id, case_id, repetition in claimed:
                 self.lease_of[(case_id, repetition)] = lease_id
                 self._queue.append((case_id, repetition))
@@ -194,11 +195,14 @@ class BatchRunner:
         idle_poll_s: float = 0.5,
         claim_target_s: float = 2.0,
         max_claim: int = 1000,
+        claim_group: Callable[[str], int | None] | None = None,
     ) -> None:
         """``lease_s``: how long a claim (and the worker's liveness) lasts without a heartbeat; a worker that
         stops beating for that long is dead to the others, which then take its claims. The heartbeat runs every
         ``heartbeat_s`` (a sixth of the lease by default). ``idle_poll_s``: how often a worker with nothing to
-        claim looks again while other workers still hold cases of the run."""
+        claim looks again while other workers still hold cases of the run. ``claim_group``: the solver's groups of
+        cases computed together (a generation batch, by case id): a worker claims whole groups, so no two workers
+        generate one batch."""
         if workers < 1:
             raise ValueError("workers must be at least 1.")
         self.store = store
@@ -214,6 +218,7 @@ class BatchRunner:
         self.idle_poll_s = idle_poll_s
         self.claim_target_s = claim_target_s
         self.max_claim = max_claim
+        self.claim_group = claim_group
         self._cancel = threading.Event()
         self._last_poll = 0.0
 
@@ -234,7 +239,7 @@ class BatchRunner:
                               pid=os.getpid(), threads=self.workers, started_at=now,
                               heartbeat_at=now, expires_at=now + timedelta(seconds=self.lease_s))
         self.store.join_run(
-            run_id, worker, lambda: ((case.case_id, rep) for rep in range(repetitions) for case in cases),
+            run_id, worker, lambda: self._queue_keys(cases, repetitions),
             run_changes={"status": RunStatus.RUNNING, "started_at": now, "finished_at": None, "error": None,
                          "expected_cases": total})
         counts = self.store.result_counts(run_id)
@@ -266,6 +271,19 @@ class BatchRunner:
         self._emit(tally.progress(run_id))
         return RunReport(run_id=run_id, status=status, total=total, done=done, failed=failed,
                          pending=max(total - done - failed, 0))
+
+    def _queue_keys(self, cases: Sequence[Case], repetitions: int) -> Iterator[tuple[str, int, int | None]]:
+        """(case id, repetition, claim group) in run order; a group is one solver group of one repetition, and a
+        case the solver does not group is a group of its own (a negative number), so every case is claimable."""
+        group = self.claim_group
+        for rep in range(repetitions):
+            for position, case in enumerate(cases):
+                if group is None:
+                    yield case.case_id, rep, None
+                    continue
+                index = group(case.case_id)
+                yield case.case_id, rep, (index * repetitions + rep if index is not None
+                                          else -(rep * len(cases) + position + 1))
 
     def _final(self, run_id: str, total: int, cancelled: bool,
                final_summary: FinalSummary | None) -> dict[str, Any]:

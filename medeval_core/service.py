@@ -252,7 +252,7 @@ def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequ
     run_case = _case_function(solver, benchmark.scorers(params, settings))
     runner = BatchRunner(store, settings, workers=workers or int(getattr(params, "workers", 1)),
                          models=ModelRoles(benchmark.models(params, settings)), on_progress=on_progress,
-                         lease_s=lease_s or DEFAULT_LEASE_S)
+                         lease_s=lease_s or DEFAULT_LEASE_S, claim_group=getattr(solver, "claim_group", None))
     return runner, run_case, repetitions
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,9 +50,9 @@ def a_worker(run_id: str, name: str, lease_s: float = 30.0) -> RunWorkerRow:
                         expires_at=now + timedelta(seconds=lease_s))
 
 
-def queued_run(store: Store, n: int, run_id: str = "r") -> list[tuple[str, int]]:
+def queued_run(store: Store, n: int, run_id: str = "r", group_size: int | None = None) -> list[tuple]:
     store.create_run(RunConfig(benchmark="t"), run_id=run_id, expected_cases=n)
-    keys = [(case.case_id, 0) for case in make_cases(n)]
+    keys = [(case.case_id, 0, i // group_size if group_size else None) for i, case in enumerate(make_cases(n))]
     assert store.join_run(run_id, a_worker(run_id, "starter"), lambda: keys, {"status": RunStatus.RUNNING})
     return keys
 
@@ -100,8 +101,55 @@ def test_concurrent_claims_never_overlap(db_url: str) -> None:
     for thread in threads:
         thread.join()
     everything = [case_id for mine in claimed.values() for case_id in mine]
-    assert sorted(everything) == sorted(case_id for case_id, _ in keys)  # each exactly once
+    assert sorted(everything) == sorted(key[0] for key in keys)  # each exactly once
     assert sum(bool(mine) for mine in claimed.values()) >= 2
+
+
+def test_claims_take_whole_claim_groups_so_no_two_workers_share_a_batch(db_url: str) -> None:
+    store = Store(db_url)
+    queued_run(store, 40, group_size=4)  # ten batches of four cases
+    first = store.claim_cases("r", "a", 3, lease_s=30, grouped=True)
+    assert [c for _, c, _ in first] == [f"case-{i:04d}" for i in range(4)]  # 3 asked, the whole batch given
+    second = store.claim_cases("r", "b", 5, lease_s=30, grouped=True)
+    assert [c for _, c, _ in second] == [f"case-{i:04d}" for i in range(4, 12)]  # the batches of 5 cases
+    claimed: dict[str, list[int]] = {}
+
+    errors: list[BaseException] = []
+
+    def claim_all(name: str) -> None:
+        own = Store(db_url)
+        try:
+            while batch := own.claim_cases("r", name, 3, lease_s=30, grouped=True):
+                claimed.setdefault(name, []).extend(int(case_id.split("-")[1]) for _, case_id, _ in batch)
+        except Exception as exc:  # noqa: BLE001 - a deadlock must fail the test, not vanish in its thread
+            errors.append(exc)
+        own.engine.dispose()
+
+    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    everything = sorted(index for mine in claimed.values() for index in mine)
+    assert everything == list(range(12, 40))
+    batches_of = {name: {index // 4 for index in mine} for name, mine in claimed.items()}
+    for name, batches in batches_of.items():  # each batch held by one worker, whole
+        assert all(sum(index // 4 == batch for index in claimed[name]) == 4 for batch in batches), name
+        assert all(not batches & other for other_name, other in batches_of.items() if other_name != name)
+
+
+def test_the_ddi_generation_solver_groups_cases_by_its_fixed_batches() -> None:
+    from medeval_core.benchmarks.ddi.benchmark import _GenerateSolver
+
+    cases = [SimpleNamespace(case_id=f"img-{i}") for i in range(5)]
+    params = SimpleNamespace(generation=SimpleNamespace(batch_size=2))
+    solver = _GenerateSolver(params, cases, cases[3:])  # type: ignore[arg-type]
+    assert [solver.claim_group(c.case_id) for c in cases] == [0, 0, 1, 1, 2]  # positions in the whole list
+    runner = BatchRunner(Store.__new__(Store), load_settings(), claim_group=solver.claim_group)
+    assert list(runner._queue_keys(cases, 2))[:3] == [("img-0", 0, 0), ("img-1", 0, 0), ("img-2", 0, 2)]
+    stray = [*cases, SimpleNamespace(case_id="not-in-the-solver's-list")]
+    assert list(runner._queue_keys(stray, 1))[-1] == ("not-in-the-solver's-list", 0, -6)  # a group of its own
 
 
 def test_a_second_execution_joins_the_wave_instead_of_redoing_it(db_url: str) -> None:

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -171,6 +172,8 @@ class CaseLeaseRow(SQLModel, table=True):
     expires_at: datetime | None = None
     attempts: int = 0
     done: bool = False
+    claim_group: int | None = None
+    """Cases the solver computes together (one generation batch of a repetition): claimed whole."""
 
 
 class RunWorkerRow(SQLModel, table=True):
@@ -316,12 +319,12 @@ class Store:
                 connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update())
             yield connection
 
-    def join_run(self, run_id: str, worker: RunWorkerRow, keys: Callable[[], Iterable[tuple[str, int]]],
-                 run_changes: dict[str, Any]) -> bool:
+    def join_run(self, run_id: str, worker: RunWorkerRow,
+                 keys: Callable[[], Iterable[tuple[str, int, int | None]]], run_changes: dict[str, Any]) -> bool:
         """Register ``worker`` on the run. When no other worker is alive, start a new wave: the run's queue becomes
-        every key of ``keys()`` without a finished (ok) result, in that order (failed cases are retried), and
-        ``run_changes`` are applied to the run. Returns whether this worker started the wave (else it joins the
-        wave in progress)."""
+        every (case id, repetition, claim group) of ``keys()`` without a finished (ok) result, in that order
+        (failed cases are retried), and ``run_changes`` are applied to the run. Returns whether this worker started
+        the wave (else it joins the wave in progress)."""
         workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
         with self._write_transaction(lock_run=run_id) as connection:
             alive = _alive_workers(connection, run_id)
@@ -333,29 +336,50 @@ class Store:
                 select(results.c.case_id, results.c.repetition).where(
                     results.c.run_id == run_id, results.c.status == CaseStatus.OK))}
             connection.execute(leases.delete().where(leases.c.run_id == run_id))
-            _insert_queue(connection, run_id, [key for key in keys() if key not in finished])
+            _insert_queue(connection, run_id, [key for key in keys() if key[:2] not in finished])
             runs = _table(RunRow)
             connection.execute(runs.update().where(runs.c.id == run_id).values(**run_changes))
         return True
 
-    def claim_cases(self, run_id: str, worker_id: str, limit: int, lease_s: float) -> list[tuple[int, str, int]]:
+    def claim_cases(self, run_id: str, worker_id: str, limit: int, lease_s: float,
+                    grouped: bool = False) -> list[tuple[int, str, int]]:
         """Claim up to ``limit`` queued or expired cases of the run for ``lease_s`` seconds, in queue order:
-        (lease id, case id, repetition). PostgreSQL skips rows another worker is claiming at this moment
+        (lease id, case id, repetition); ``grouped``: whole claim groups (the groups of the first ``limit`` free
+        cases, so a claim may hold more). PostgreSQL skips rows another worker is claiming at this moment
         (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE)."""
         now = utc_now()
         leases = _table(CaseLeaseRow)
-        free = (select(leases.c.id)
-                .where(leases.c.run_id == run_id, leases.c.done == false(),
-                       or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
-                .order_by(leases.c.id).limit(limit).with_for_update(skip_locked=True))
-        # One statement (UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING), one round trip.
-        claim = (leases.update().where(leases.c.id.in_(free.scalar_subquery()))
-                 .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
-                         attempts=leases.c.attempts + 1)
-                 .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
+        is_free = (leases.c.run_id == run_id, leases.c.done == false(),
+                   or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
+        column = leases.c.claim_group if grouped else leases.c.id
         with self._write_transaction() as connection:
-            rows = sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(claim))
-        return rows
+            picked = (self._pick_groups(connection, run_id, is_free, limit) if grouped else
+                      list(connection.execute(select(column).where(*is_free).order_by(leases.c.id).limit(limit)
+                                              .with_for_update(skip_locked=True)).scalars()))
+            if not picked:
+                return []
+            # Two statements, not UPDATE ... WHERE x IN (SELECT ... SKIP LOCKED): PostgreSQL may evaluate that
+            # subquery while the UPDATE already holds rows of a group, skip them as locked and pick more groups.
+            claim = (leases.update().where(*is_free, column.in_(picked))
+                     .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
+                             attempts=leases.c.attempts + 1)
+                     .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
+            return sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(claim))
+
+    @staticmethod
+    def _pick_groups(connection: Connection, run_id: str, is_free: Sequence[Any], limit: int) -> list[int]:
+        """The claim groups of the first ``limit`` free cases that this transaction can have. PostgreSQL: a group
+        is taken with a transaction-scoped advisory try-lock on (run, group), never a wait, so two workers never
+        split a group or deadlock over its rows (row locks on part of a group would); SQLite's claims are
+        serialised already."""
+        leases = _table(CaseLeaseRow)
+        first = select(leases.c.claim_group).where(*is_free).order_by(leases.c.id).limit(limit)
+        groups = list(dict.fromkeys(connection.execute(first).scalars()))
+        if connection.dialect.name != "postgresql" or not groups:
+            return groups
+        run_key = zlib.crc32(run_id.encode()) & 0x7FFFFFFF
+        return [group for group in groups if connection.execute(
+            select(func.pg_try_advisory_xact_lock(run_key, group))).scalar()]
 
     def heartbeat(self, worker_id: str, lease_s: float) -> None:
         """The worker is alive: its row and its undone claims expire ``lease_s`` seconds from now."""
@@ -691,24 +715,25 @@ def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Ro
             if row.host != HOST or _process_exists(row.pid)]
 
 
-def _insert_queue(connection: Connection, run_id: str, keys: Sequence[tuple[str, int]]) -> None:
+def _insert_queue(connection: Connection, run_id: str, keys: Sequence[tuple[str, int, int | None]]) -> None:
     """A wave's lease rows, in queue order, written by the driver directly: a DDXPlus test split is 134,529 rows,
     which SQLAlchemy's per-row parameter processing would make a second of the run's start. PostgreSQL gets them
     in one statement from two arrays (an executemany costs a round trip per row there)."""
     if not keys:
         return
     if connection.dialect.name == "postgresql":
+        case_ids, repetitions, groups = zip(*keys, strict=True)
         connection.exec_driver_sql(
-            "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) "
-            "SELECT %s, case_id, repetition, 0, false "
-            "FROM unnest(%s::varchar[], %s::integer[]) AS t(case_id, repetition)",
-            (run_id, [case_id for case_id, _ in keys], [repetition for _, repetition in keys]))
+            "INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
+            "SELECT %s, case_id, repetition, claim_group, 0, false "
+            "FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) AS t(case_id, repetition, claim_group)",
+            (run_id, list(case_ids), list(repetitions), list(groups)))
         return
-    placeholder = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
     connection.exec_driver_sql(
-        f"INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) "
-        f"VALUES ({placeholder}, {placeholder}, {placeholder}, 0, false)",
-        [(run_id, case_id, repetition) for case_id, repetition in keys])
+        f"INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
+        f"VALUES ({mark}, {mark}, {mark}, {mark}, 0, false)",
+        [(run_id, *key) for key in keys])
 
 
 def _table(model: type[SQLModel]) -> Table:

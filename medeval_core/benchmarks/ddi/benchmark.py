@@ -175,6 +175,11 @@ class _GenerateSolver:
     def __init__(self, params: GenerateParams, cases: Sequence[DdiCase], todo: Sequence[DdiCase]) -> None:
         self.params = params
         self.batcher = ChunkBatcher.over(cases, todo, params.generation.batch_size, self._produce)
+        self._batch_of = {case.case_id: index // params.generation.batch_size for index, case in enumerate(cases)}
+
+    def claim_group(self, case_id: str) -> int | None:
+        """The fixed batch a case is generated in: workers sharing the run claim whole batches."""
+        return self._batch_of.get(case_id)
 
     def _produce(self, chunk: list[DdiCase], ctx: CaseContext) -> dict[str, Generated]:
         shares = {case.case_id: Generated() for case in chunk}

@@ -43,6 +43,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("done", sa.Boolean(), nullable=False),
+        sa.Column("claim_group", sa.Integer(), nullable=True),
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"]),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("run_id", "case_id", "repetition", name="uq_lease_run_case_rep"),
