@@ -55,8 +55,9 @@ $(STAMP): $(UV_STAMP) requirements.txt requirements-dev.txt
 
 install: $(STAMP)
 
+# `serve` is `streamlit run app.py` with Streamlit's legacy pages/-folder mode off, so deep links open in the app shell.
 run: $(STAMP)
-	$(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true \
+	$(BIN)/python -m medeval_core serve --server.address 127.0.0.1 --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 
 # Lint first and the tests last, so that pytest's summary is the closing line.

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.records import Case, CaseResult, Judgement, ModelCall, Turn
+from medeval_core.records import Case, CaseResult, InputFile, Judgement, ModelCall, Turn
 from medeval_core.settings import Settings
 
 P = TypeVar("P", bound=BaseModel)
@@ -85,6 +85,9 @@ class CaseContext(ABC):
 
 
 class Solver(Protocol[C_contra, O_co]):
+    """Solves one case. A solver that computes cases in groups (a generation batch) may also have
+    ``claim_group(case_id) -> int | None``: workers sharing a run then claim whole groups (``runner.BatchRunner``)."""
+
     def __call__(self, case: C_contra, ctx: CaseContext, /) -> O_co: ...
 
 
@@ -212,6 +215,22 @@ class Benchmark(ABC, Generic[P, C, O]):
 
     def parse_params(self, raw: Mapping[str, Any]) -> P:
         return self.Params.model_validate(raw)
+
+    def comparison_key(self, params: P, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
+        """What must be equal for two runs' case ids to name the same cases of the same dataset and task (runs are
+        only compared, case by case, when it is). By default the input files' contents (their sha256)."""
+        return {f"{name} sha256": item.sha256 for name, item in sorted(inputs.items())}
+
+    def form_defaults(self, settings: Settings, variant: str | None = None) -> dict[str, Any]:
+        """Field -> the value the launch form starts with where the ``Params`` field has no default of its own
+        (values that come from the settings, such as the protocol's generation settings); none by default."""
+        return {}
+
+    def prepare_params(self, params: P, settings: Settings) -> P:
+        """The params a new run stores, completed from what a form or caller gave (absolute paths, the full
+        settings of what they name), so a run made by ``service.create_run`` stores what the command line
+        stores; as given by default."""
+        return params
 
     def parse_output(self, raw: Mapping[str, Any]) -> O:
         return self.Output.model_validate(raw)

@@ -14,8 +14,8 @@ HOME = PageInfo(
 
 RUNS = PageInfo(
     path="views/runs.py", title="Batch runs", icon=":material/monitoring:", section="Runs", url_path="runs",
-    description="Watch, resume and cancel batch runs; per-case metrics with 95% intervals; export; compare two runs "
-                "on their shared cases with paired tests.",
+    description="Every run with its status and headline metric; watch, resume and cancel; per-case table and "
+                "drill-down; plots across runs; compare two runs with paired tests; HTML report and exports.",
 )
 
 ANNOTATE = PageInfo(
@@ -42,7 +42,20 @@ ANNOTATION_PAGES: tuple[PageInfo, ...] = (ANNOTATE, ANNOTATION_TASKS, ANNOTATION
 ANNOTATOR_PAGES: tuple[PageInfo, ...] = (ANNOTATE,)
 """All a signed-in clinician (not an administrator) is shown: the other pages name runs and models."""
 
-CORE_PAGES: tuple[PageInfo, ...] = (HOME, RUNS, *ANNOTATION_PAGES)
+
+NEW_RUN = PageInfo(
+    path="views/new_run.py", title="New run", icon=":material/play_circle:", section="Runs", url_path="new-run",
+    description="Launch a batch run of any benchmark from a form built from its parameters; it is validated, "
+                "estimated and its endpoints checked first, then it runs in a worker process outside the page.",
+)
+
+MODELS = PageInfo(
+    path="views/models.py", title="Models", icon=":material/neurology:", section="medeval", url_path="models",
+    description="Register model backends per role (an OpenAI-compatible endpoint, or a local Qwen2.5-VL "
+                "checkpoint), test each with one request, and choose the default per role.",
+)
+
+CORE_PAGES: tuple[PageInfo, ...] = (HOME, MODELS, NEW_RUN, RUNS, *ANNOTATION_PAGES)
 
 
 def pages() -> list[PageInfo]:

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "medeval_core.commands.runs",
     "medeval_core.commands.data",
     "medeval_core.commands.annotation",
+    "medeval_core.commands.serve",
 )
 
 
@@ -76,6 +77,18 @@ def print_summary(summary: RunSummary, report: RunReport | None = None, file: An
             print(f"  {row.label:<28} {values}  ({row.source})", file=out)
     for note in summary.notes:
         print(f"note: {note}", file=out)
+
+
+def exit_status(report: RunReport) -> int:
+    """0, or 1 for a run that ended *failed* (every case failed), with the run's error as one line on stderr."""
+    from medeval_core.context import current_store
+    from medeval_core.records import RunStatus
+
+    if report.status != RunStatus.FAILED:
+        return 0
+    error = current_store().get_run(report.run_id).error or "it failed"
+    print(f"error: run {report.run_id} failed: {error}", file=sys.stderr)
+    return 1
 
 
 def _field_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
@@ -189,7 +202,7 @@ def _run_handler(name: str) -> Any:
             print_json(cli.json_payload(report, summary))
         else:
             cli.print_report(report, summary)
-        return 0
+        return exit_status(report)
 
     return handle
 
@@ -232,7 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Only a command that hands its unknown options on (``serve`` -> ``streamlit run``) accepts them.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "passes_unknown_options", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.unknown_options = unknown
     try:
         return int(args.handler(args) or 0)
     except (CommandError, SettingsError, StoreError, BenchmarkError) as exc:

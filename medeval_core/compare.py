@@ -5,7 +5,8 @@ reduced to their mean first, so n is the number of cases (repeated draws of one 
 - Boolean metrics (e.g. ``correct``) are proportions with a Wilson interval (never a bootstrap): the proportion is
   the mean over cases of each case's share of successes, n the number of cases.
 - Numeric metrics are means over cases with a percentile bootstrap interval (vectorised, seeded numpy generator).
-Two runs scored on the same cases are compared on their shared cases, with the exact McNemar test for a boolean
+Two runs scored on the same cases (batch runs of one benchmark, dataset and task: ``check_comparable``) are compared
+on their shared cases, with the exact McNemar test for a boolean
 metric with one outcome per case (design.md §3.1: the models were scored on the same cases, so their difference
 wants a paired test), and a paired bootstrap over per-case differences otherwise (numbers, or repetitions).
 
@@ -26,24 +27,10 @@ from pydantic import BaseModel
 
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.stats import bootstrap_mean_ci, mcnemar_exact, wilson_intervals
-from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.records import CaseResult, CaseStatus, MetricSummary
 
 if TYPE_CHECKING:
     from medeval_core.store import Store
-
-
-class MetricSummary(BaseModel):
-    metric: str
-    kind: str  # "proportion" or "mean"
-    n: int
-    """Cases: each case's repetitions are averaged first."""
-    value: float
-    ci_low: float
-    ci_high: float
-    draws: int | None = None
-    """Values before the per-case reduction (cases x repetitions scored)."""
-    interval: str = ""
-    """How the interval was computed: "wilson" or "percentile bootstrap"."""
 
 
 class PairedComparison(BaseModel):
@@ -82,10 +69,10 @@ class CaseMeans:
 
 def _per_case_means(results: Iterable[CaseResult]) -> dict[str, CaseMeans]:
     """metric -> per-case means over successful results; numeric and boolean metrics only (NaN skipped)."""
-    return _per_case_means_of_rows((r.case_id, r.metrics) for r in results if r.status == CaseStatus.OK)
+    return per_case_means_of_rows((r.case_id, r.metrics) for r in results if r.status == CaseStatus.OK)
 
 
-def _per_case_means_of_rows(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, CaseMeans]:
+def per_case_means_of_rows(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, CaseMeans]:
     case_index: dict[str, int] = {}
     columns: dict[str, tuple[list[int], list[float]]] = {}
     not_binary: set[str] = set()
@@ -143,7 +130,7 @@ def summarize_metrics(results: Iterable[CaseResult]) -> list[MetricSummary]:
 def summarize_metric_rows(rows: Iterable[tuple[str, int, Mapping[str, Any]]]) -> list[MetricSummary]:
     """``summarize_metrics`` over ``Store.metric_rows`` (case id, repetition, metrics of finished results)."""
     with gc_paused():
-        means = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows)
+        means = per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows)
     return [_summary(name, values) for name, values in sorted(means.items())]
 
 
@@ -157,8 +144,8 @@ def compare_metric_rows(run_a: str, rows_a: Iterable[tuple[str, int, Mapping[str
                         rows_b: Iterable[tuple[str, int, Mapping[str, Any]]]) -> RunComparison:
     """``compare_runs`` over ``Store.metric_rows`` of the two runs (finished results only, no outputs read)."""
     with gc_paused():
-        values_a = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows_a)
-        values_b = _per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows_b)
+        values_a = per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows_a)
+        values_b = per_case_means_of_rows((case_id, metrics) for case_id, _repetition, metrics in rows_b)
     return _comparison(run_a, values_a, run_b, values_b)
 
 
@@ -221,9 +208,42 @@ def run_summaries(store: Store, run_id: str) -> list[MetricSummary]:
     return [summary.model_copy() for summary in summaries]
 
 
+def check_comparable(store: Store, run_a: str, run_b: str) -> None:
+    """Refuse (``BenchmarkError``, one sentence) a pair whose case ids do not name the same cases: a session
+    (one case evaluated on a page: every lesion evaluation has the case id ``lesion``), runs of two benchmarks,
+    or runs on another dataset or task (``Benchmark.comparison_key``: e.g. open-ended against classification,
+    or two DDXPlus patient files whose row ids coincide). A score run counts as the run it scores."""
+    from medeval_core import registry
+    from medeval_core.benchmark import BenchmarkError
+    from medeval_core.records import RunConfig, RunKind
+
+    keys = []
+    for run_id in (run_a, run_b):
+        config = RunConfig.model_validate(store.get_run(run_id).config)
+        if config.kind == RunKind.SESSION:
+            raise BenchmarkError(f"Run {run_id} is an interactive session (one case evaluated on a page), not a "
+                                 "batch run; only batch runs are compared.")
+        if config.kind == RunKind.SCORE and config.source_run_id is not None:
+            config = RunConfig.model_validate(store.get_run(config.source_run_id).config)
+        benchmark = registry.benchmark(config.benchmark)
+        keys.append((config.benchmark, benchmark.comparison_key(benchmark.parse_params(config.params),
+                                                                config.inputs)))
+    (benchmark_a, key_a), (benchmark_b, key_b) = keys
+    if benchmark_a != benchmark_b:
+        raise BenchmarkError(f"Run {run_a} is a {benchmark_a} run and run {run_b} a {benchmark_b} run; only runs "
+                             "of one benchmark are compared.")
+    differing = sorted(name for name in set(key_a) | set(key_b) if key_a.get(name) != key_b.get(name))
+    if differing:
+        detail = "; ".join(f"{name}: {key_a.get(name)} against {key_b.get(name)}" for name in differing)
+        raise BenchmarkError(f"Runs {run_a} and {run_b} are not on the same dataset and task ({detail}); their "
+                             "cases are not paired.")
+
+
 def run_comparison(store: Store, run_a: str, run_b: str) -> RunComparison:
     """``compare_runs`` of two stored runs, cached per (database, both runs, both result stamps) like
-    ``run_summaries``: an unchanged pair costs two COUNT queries per page rerun."""
+    ``run_summaries``: an unchanged pair costs two COUNT queries per page rerun. Runs whose cases are not the
+    same cases are refused first (``check_comparable``)."""
+    check_comparable(store, run_a, run_b)
     key = ("comparison", store.url, run_a, store.results_stamp(run_a), run_b, store.results_stamp(run_b))
     comparison: RunComparison = _cached(
         key, lambda: compare_metric_rows(run_a, store.metric_rows(run_a), run_b, store.metric_rows(run_b)))

@@ -168,3 +168,19 @@ class Annotation(BaseModel):
     value: str
     payload: dict[str, Any] = Field(default_factory=dict)
     supersedes_id: int | None = None
+
+
+class MetricSummary(BaseModel):
+    """One metric of a run over its finished cases, with its interval (``medeval_core.compare``)."""
+
+    metric: str
+    kind: str  # "proportion" or "mean"
+    n: int
+    """Cases: each case's repetitions are averaged first."""
+    value: float
+    ci_low: float
+    ci_high: float
+    draws: int | None = None
+    """Values before the per-case reduction (cases x repetitions scored)."""
+    interval: str = ""
+    """How the interval was computed: "wilson" or "percentile bootstrap"."""

@@ -28,6 +28,9 @@ class PageInfo(BaseModel):
     section: str
     description: str
     url_path: str
+    reopen_query: str | None = None
+    """The query parameter that opens one of the page's stored sessions by its run id (``?walkthrough=RUN_ID``);
+    the runs page links past sessions back to their page with it."""
 
 
 class ModelRole(BaseModel):

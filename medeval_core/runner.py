@@ -1,26 +1,37 @@
-"""The batch runner: a per-case function over a case list, N worker threads, finished cases group-committed.
+"""The batch runner: a per-case function over a case list, N worker threads, finished cases group-committed,
+cases shared with other processes through leases in the store.
 
 Guarantees: a case that raises is stored as *failed* with its error message, never as a score; a resume skips
 cases already finished (and retries failed ones); a cancel stops submitting, lets in-flight cases finish and
 persists them. Finished cases are written in groups: whatever finished within ``commit_interval_s`` (100 ms) is
 one transaction holding each case's result, turns, judge attempts and model calls, so a crash (even SIGKILL)
-loses at most that window, which a resume redoes; the store's unique key keeps exactly one result per case and
-repetition, even with two resumes of one run at once.
+loses at most that window, which a resume redoes.
+
+Every execution is a *worker* of the run (``Store.join_run``): the run's cases are a queue of leases in the store;
+a worker claims a few at a time (``Store.claim_cases``: FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on
+SQLite), keeps them with a heartbeat thread, and marks them done in the transaction that stores their results.
+So two resumes of one run, or workers on many hosts pointed at one database, never run a case twice (a claim of a
+worker that stopped heart-beating expires and is taken by another), and a failed attempt never replaces a good
+result. The worker that finds the queue drained writes the run's final status and summary in one transaction.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
+import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
 
 from pydantic import BaseModel
 
 from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
-from medeval_core.memory import gc_paused
 from medeval_core.records import (
     Case,
     CaseOutcome,
@@ -32,10 +43,17 @@ from medeval_core.records import (
 )
 from medeval_core.redaction import redact
 from medeval_core.settings import Settings
-from medeval_core.store import Store
+from medeval_core.store import HOST, RunWorkerRow, Store
 
 CaseFunction = Callable[[Case, CaseContext], CaseOutcome]
 """Runs one case for one repetition. Raising marks the case failed; it never stops the run."""
+
+DEFAULT_LEASE_S = 30.0
+"""How long a worker's claims last without a heartbeat: the time before a dead worker's cases are taken over and
+its run shows as interrupted."""
+
+FinalSummary = Callable[[RunStatus], dict[str, Any]]
+"""The run's summary (as stored) for the status it ends with; called once, by the worker that ends the run."""
 
 
 class Progress(BaseModel):
@@ -130,6 +148,38 @@ def describe_error(exc: BaseException) -> str:
     return redact(f"{type(exc).__name__}: {message}{where}")
 
 
+class _Claims:
+    """This worker's claimed cases not yet started, refilled from the run's queue in the store. A refill asks for
+    about ``target_s`` seconds of work at the rate seen so far (at least one case per thread, at most
+    ``max_claim``): fast cases cost one claim per few hundred, slow ones stay spread over the workers."""
+
+    def __init__(self, runner: BatchRunner, run_id: str, worker_id: str, cases: Sequence[Case],
+                 tally: _Tally) -> None:
+        self.runner = runner
+        self.run_id = run_id
+        self.worker_id = worker_id
+        self.by_id = {case.case_id: case for case in cases}
+        self.tally = tally
+        self.lease_of: dict[tuple[str, int], int] = {}
+        self._queue: deque[tuple[str, int]] = deque()
+        self._empty_until = 0.0
+
+    def next(self) -> tuple[str, int] | None:
+        if not self._queue and time.monotonic() >= self._empty_until:
+            runner = self.runner
+            elapsed = time.monotonic() - self.tally.started
+            rate = self.tally.finished_now / elapsed if elapsed > 0 else 0.0
+            size = int(min(runner.max_claim, max(runner.workers, rate * runner.claim_target_s)))
+            claimed = runner.store.claim_cases(self.run_id, self.worker_id, size, runner.lease_s,
+                                               grouped=runner.claim_group is not None)
+            for lease_id, case_id, repetition in claimed:
+                self.lease_of[(case_id, repetition)] = lease_id
+                self._queue.append((case_id, repetition))
+            if not claimed:
+                self._empty_until = time.monotonic() + runner.idle_poll_s
+        return self._queue.popleft() if self._queue else None
+
+
 class BatchRunner:
     def __init__(
         self,
@@ -141,7 +191,19 @@ class BatchRunner:
         cancel_poll_seconds: float = 1.0,
         commit_interval_s: float = 0.1,
         max_commit_cases: int = 5000,
+        lease_s: float = DEFAULT_LEASE_S,
+        heartbeat_s: float | None = None,
+        idle_poll_s: float = 0.5,
+        claim_target_s: float = 2.0,
+        max_claim: int = 1000,
+        claim_group: Callable[[str], int | None] | None = None,
     ) -> None:
+        """``lease_s``: how long a claim (and the worker's liveness) lasts without a heartbeat; a worker that
+        stops beating for that long is dead to the others, which then take its claims. The heartbeat runs every
+        ``heartbeat_s`` (a sixth of the lease by default). ``idle_poll_s``: how often a worker with nothing to
+        claim looks again while other workers still hold cases of the run. ``claim_group``: the solver's groups of
+        cases computed together (a generation batch, by case id): a worker claims whole groups, so no two workers
+        generate one batch."""
         if workers < 1:
             raise ValueError("workers must be at least 1.")
         self.store = store
@@ -152,6 +214,12 @@ class BatchRunner:
         self.cancel_poll_seconds = cancel_poll_seconds
         self.commit_interval_s = commit_interval_s
         self.max_commit_cases = max_commit_cases
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_s / 6
+        self.idle_poll_s = idle_poll_s
+        self.claim_target_s = claim_target_s
+        self.max_claim = max_claim
+        self.claim_group = claim_group
         self._cancel = threading.Event()
         self._last_poll = 0.0
 
@@ -159,65 +227,141 @@ class BatchRunner:
         """Stop after the cases now in flight; they are still saved. The run can be resumed later."""
         self._cancel.set()
 
-    def execute(self, run_id: str, cases: Sequence[Case], run_case: CaseFunction, repetitions: int) -> RunReport:
-        """Run every (case, repetition) of ``run_id`` not yet finished. A run left "running" by a killed process
-        is continued as is: even two executions at once cannot store a case twice."""
+    def execute(self, run_id: str, cases: Sequence[Case], run_case: CaseFunction, repetitions: int,
+                final_summary: FinalSummary | None = None) -> RunReport:
+        """Work on every (case, repetition) of ``run_id`` not yet finished, as one worker of the run: the first
+        worker (none other alive) starts a wave of the run's unfinished cases, later ones join it. A run left
+        "running" by a killed process is continued as is. The worker that ends the run stores its final status
+        together with ``final_summary(status)``."""
         self._cancel.clear()
-        finished = self.store.finished_keys(run_id)
-        with gc_paused():  # one small tuple per case, next to the many long-lived case objects
-            todo = [(case, rep) for rep in range(repetitions) for case in cases
-                    if (case.case_id, rep) not in finished]
+        total = len(cases) * repetitions
+        now = utc_now()
+        worker = RunWorkerRow(id=f"{HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}", run_id=run_id, host=HOST,
+                              pid=os.getpid(), threads=self.workers, started_at=now,
+                              heartbeat_at=now, expires_at=now + timedelta(seconds=self.lease_s))
+        self.store.join_run(
+            run_id, worker, lambda: self._queue_keys(cases, repetitions),
+            run_changes={"status": RunStatus.RUNNING, "started_at": now, "finished_at": None, "error": None,
+                         "expected_cases": total})
+        counts = self.store.result_counts(run_id)
         # Failed cases are retried; they stay counted as failed until their retry lands.
-        retrying = {(r.case_id, r.repetition) for r in self.store.results(run_id, status=CaseStatus.FAILED)}
-        tally = _Tally(total=len(cases) * repetitions, done=len(finished), failed=len(retrying), retrying=retrying)
-        self.store.update_run(run_id, status=RunStatus.RUNNING, started_at=utc_now(), finished_at=None, error=None,
-                              expected_cases=tally.total)
+        retrying = ({(r.case_id, r.repetition) for r in self.store.results(run_id, status=CaseStatus.FAILED)}
+                    if counts.get(CaseStatus.FAILED) else set())
+        tally = _Tally(total=total, done=counts.get(CaseStatus.OK, 0), failed=len(retrying), retrying=retrying)
         self._emit(tally.progress(run_id))
+        stop_beating = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(worker.id, stop_beating), daemon=True,
+                                name=f"heartbeat-{run_id}")
+        beat.start()
         try:
-            cancelled = self._drain(run_id, todo, run_case, tally)
+            cancelled = self._drain(run_id, _Claims(self, run_id, worker.id, cases, tally), run_case, tally)
         except BaseException as exc:
-            self.store.update_run(run_id, status=RunStatus.FAILED, error=describe_error(exc), finished_at=utc_now())
+            self._stop(worker.id, stop_beating, beat)
+            if isinstance(exc, Exception):  # an interrupt leaves the run to show as interrupted (resumable)
+                error = describe_error(exc)
+                self.store.finish_run(run_id, lambda: {"status": RunStatus.FAILED, "error": error,
+                                                       "finished_at": utc_now()}, when="alone")
             raise
-        status = RunStatus.CANCELLED if cancelled else RunStatus.COMPLETED
-        self.store.update_run(run_id, status=status, finished_at=utc_now())
+        self._stop(worker.id, stop_beating, beat)
+        self.store.finish_run(run_id, lambda: self._final(run_id, total, cancelled, final_summary),
+                              when="alone" if cancelled else "drained")
+        status = RunStatus(self.store.get_run(run_id).status)
+        counts = self.store.result_counts(run_id)
+        done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
+        tally.done, tally.failed = done, failed
         self._emit(tally.progress(run_id))
-        return RunReport(run_id=run_id, status=status, total=tally.total, done=tally.done, failed=tally.failed,
-                         pending=tally.total - tally.done - tally.failed)
+        return RunReport(run_id=run_id, status=status, total=total, done=done, failed=failed,
+                         pending=max(total - done - failed, 0))
 
-    def _drain(self, run_id: str, todo: list[tuple[Case, int]], run_case: CaseFunction, tally: _Tally) -> bool:
-        """Run ``todo`` with at most ``workers`` cases in flight, committing finished ones in groups. Returns True
-        when cancelled."""
+    def _queue_keys(self, cases: Sequence[Case], repetitions: int) -> Iterator[tuple[str, int, int | None]]:
+        """(case id, repetition, claim group) in run order; a group is one solver group of one repetition, and a
+        case the solver does not group is a group of its own (a negative number), so every case is claimable."""
+        group = self.claim_group
+        for rep in range(repetitions):
+            for position, case in enumerate(cases):
+                if group is None:
+                    yield case.case_id, rep, None
+                    continue
+                index = group(case.case_id)
+                yield case.case_id, rep, (index * repetitions + rep if index is not None
+                                          else -(rep * len(cases) + position + 1))
+
+    def _final(self, run_id: str, total: int, cancelled: bool,
+               final_summary: FinalSummary | None) -> dict[str, Any]:
+        """The run's closing status, error and summary: *failed* when no case finished and some failed (there is
+        nothing to report a metric over), *cancelled* when a cancel left cases undone, else *completed*."""
+        counts = self.store.result_counts(run_id)
+        done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
+        error = None
+        if cancelled and done + failed < total:
+            status = RunStatus.CANCELLED
+        elif done == 0 and failed > 0:
+            status = RunStatus.FAILED
+            [last] = self.store.results(run_id, status=CaseStatus.FAILED)[-1:]
+            error = (f"Every case failed ({failed}); the last error: {last.error}. Fix the cause, then resume "
+                     f"with `python -m medeval_core resume {run_id}`.")
+        else:
+            status = RunStatus.COMPLETED
+        final: dict[str, Any] = {"status": status, "error": error, "finished_at": utc_now()}
+        if final_summary is not None:
+            final["summary"] = final_summary(status)
+        return final
+
+    def _heartbeat(self, worker_id: str, stop: threading.Event) -> None:
+        while not stop.wait(self.heartbeat_s):
+            try:
+                self.store.heartbeat(worker_id, self.lease_s)
+            except Exception:  # noqa: BLE001 - a missed beat (database busy) is retried on the next one
+                continue
+
+    def _stop(self, worker_id: str, stop_beating: threading.Event, beat: threading.Thread) -> None:
+        """This worker leaves the run: no more heartbeats, its unstarted claims go back to the queue."""
+        stop_beating.set()
+        beat.join()
+        self.store.release_cases(worker_id)
+        self.store.finish_worker(worker_id)
+
+    def _drain(self, run_id: str, claims: _Claims, run_case: CaseFunction, tally: _Tally) -> bool:
+        """Run claimed cases with at most ``workers`` in flight, committing finished ones in groups, until the
+        run's queue is drained (no case left undone by any worker). Returns True when cancelled."""
         window = _CommitWindow(self.commit_interval_s, self.max_commit_cases)
         self._last_poll = time.monotonic()
         if self.workers == 1:
             # One case in flight either way: running it in this thread saves a hand-over per case.
-            for case, repetition in todo:
-                if self._cancel_requested(run_id):
-                    break
-                window.add(self._run_one(run_id, case, repetition, run_case))
+            while not self._cancel_requested(run_id):
+                key = claims.next()
+                if key is None:
+                    self._commit(run_id, window.take(), claims, tally)
+                    if self.store.queued_cases(run_id) == 0:
+                        break
+                    self._cancel.wait(self.idle_poll_s)
+                    continue
+                window.add(self._run_one(run_id, claims, key, run_case))
                 if window.due():
-                    self._commit(run_id, window.take(), tally)
-            self._commit(run_id, window.take(), tally)
+                    self._commit(run_id, window.take(), claims, tally)
+            self._commit(run_id, window.take(), claims, tally)
             return self._cancel.is_set()
-        queue: Iterator[tuple[Case, int]] = iter(todo)
         in_flight: set[Future[CaseRecords]] = set()
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"run-{run_id}") as pool:
             while True:
                 while not self._cancel_requested(run_id) and len(in_flight) < self.workers:
-                    item = next(queue, None)
-                    if item is None:
+                    key = claims.next()
+                    if key is None:
                         break
-                    in_flight.add(pool.submit(self._run_one, run_id, item[0], item[1], run_case))
+                    in_flight.add(pool.submit(self._run_one, run_id, claims, key, run_case))
                 if not in_flight:
-                    self._commit(run_id, window.take(), tally)
-                    return self._cancel.is_set()
+                    self._commit(run_id, window.take(), claims, tally)
+                    if self._cancel.is_set() or self.store.queued_cases(run_id) == 0:
+                        return self._cancel.is_set()
+                    self._cancel.wait(self.idle_poll_s)
+                    continue
                 completed, _ = wait(in_flight, timeout=window.wait_s(self.cancel_poll_seconds),
                                     return_when=FIRST_COMPLETED)
                 for future in completed:
                     in_flight.discard(future)
                     window.add(future.result())
                 if window.due():
-                    self._commit(run_id, window.take(), tally)
+                    self._commit(run_id, window.take(), claims, tally)
 
     def _cancel_requested(self, run_id: str) -> bool:
         """Whether to stop submitting: ``cancel()`` here, or a cancel requested through the store (polled)."""
@@ -228,27 +372,33 @@ class BatchRunner:
                 self._cancel.set()
         return self._cancel.is_set()
 
-    def _commit(self, run_id: str, unwritten: list[CaseRecords], tally: _Tally) -> None:
+    def _commit(self, run_id: str, unwritten: list[CaseRecords], claims: _Claims, tally: _Tally) -> None:
         if not unwritten:
             return
-        written = self.store.save_case_records(unwritten)
-        # A case not written was finished by another process first (two resumes at once); its result stands.
+        leases = [claims.lease_of.pop(records.key) for records in unwritten]
+        written = self.store.save_case_records(unwritten, leases)
+        # A case not written was finished by another worker first (its claim had expired); its result stands.
         for records, was_written in zip(unwritten, written, strict=True):
             if was_written:
                 tally.count(records)
         self._emit(tally.progress(run_id))
 
-    def _run_one(self, run_id: str, case: Case, repetition: int, run_case: CaseFunction) -> CaseRecords:
+    def _run_one(self, run_id: str, claims: _Claims, key: tuple[str, int], run_case: CaseFunction) -> CaseRecords:
+        case_id, repetition = key
         started = utc_now()
-        ctx = RecordingContext(run_id, case.case_id, repetition, self.settings, self.models)
+        ctx = RecordingContext(run_id, case_id, repetition, self.settings, self.models)
         try:
+            case = claims.by_id.get(case_id)
+            if case is None:
+                raise LookupError(f"case {case_id} is in the run's queue but not among the cases this worker "
+                                  "loaded; its inputs differ from the run's")
             outcome = run_case(case, ctx)
         except Exception as exc:  # noqa: BLE001 - any case error is data to record, not a reason to stop the run
-            result = CaseResult(run_id=run_id, case_id=case.case_id, repetition=repetition,
+            result = CaseResult(run_id=run_id, case_id=case_id, repetition=repetition,
                                 status=CaseStatus.FAILED, error=describe_error(exc), started_at=started,
                                 finished_at=utc_now())
         else:
-            result = CaseResult(run_id=run_id, case_id=case.case_id, repetition=repetition, status=CaseStatus.OK,
+            result = CaseResult(run_id=run_id, case_id=case_id, repetition=repetition, status=CaseStatus.OK,
                                 output=outcome.output, metrics=outcome.metrics, scores=outcome.scores,
                                 started_at=started,
                                 finished_at=utc_now())

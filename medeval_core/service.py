@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,15 +24,16 @@ from medeval_core.memory import long_lived
 from medeval_core.records import (
     Case,
     CaseOutcome,
-    CaseResult,
     CaseStatus,
     InputFile,
+    MetricSummary,
     RunConfig,
     RunKind,
     RunStatus,
+    utc_now,
 )
-from medeval_core.runner import BatchRunner, ProgressCallback, RunReport
-from medeval_core.settings import Settings, runtime_versions
+from medeval_core.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, RunReport
+from medeval_core.settings import BackendChoice, Settings, runtime_versions
 from medeval_core.store import Store, StoreError
 
 # Workers change how fast a run goes, never what it computes: a resume may choose another number.
@@ -169,6 +169,36 @@ def _scored(case: Case, output: BaseModel, ctx: CaseContext, scorers: Sequence[S
     )
 
 
+def _typed_params(benchmark: Benchmark[Any, Any, Any], params: BaseModel | Mapping[str, Any]) -> BaseModel:
+    raw = params.model_dump(mode="json") if isinstance(params, BaseModel) else dict(params)
+    try:
+        return benchmark.parse_params(raw)
+    except ValidationError as exc:
+        raise BenchmarkError(f"Invalid {benchmark.name} parameters: {exc}") from None
+
+
+def _new_run(benchmark: Benchmark[Any, Any, Any], typed: BaseModel, settings: Settings, store: Store,
+             run_id: str | None, label: str) -> tuple[str, Sequence[Case]]:
+    """Hash the inputs while the cases load, and store the run as *pending* with its config and case count."""
+    inputs, cases = _fingerprints_while(benchmark.input_files(typed), lambda: benchmark.cases(typed, settings))
+    config = new_run_config(benchmark.name, settings, typed, label=label, inputs=inputs)
+    row = store.create_run(config, run_id=run_id, expected_cases=len(cases) * config.repetitions)
+    return row.id, cases
+
+
+def create_run(benchmark_name: str, params: BaseModel | Mapping[str, Any], settings: Settings, store: Store,
+               run_id: str | None = None, label: str = "") -> str:
+    """Validate ``params`` with the benchmark's ``Params``, hash the input files, load the cases (so a bad input
+    fails here, in the caller) and store the run as *pending*; no case runs. Returns the run id, which a worker
+    (``python -m medeval_core worker RUN_ID``) then executes. An existing ``run_id`` with the same parameters is
+    returned as is; with other parameters it is refused (``BenchmarkError``)."""
+    benchmark = registry.benchmark(benchmark_name)
+    typed = benchmark.prepare_params(_typed_params(benchmark, params), settings)
+    if run_id and _stored_config(store, run_id, benchmark_name, RunKind.BATCH, typed.model_dump(mode="json")):
+        return run_id
+    return _new_run(benchmark, typed, settings, store, run_id, label)[0]
+
+
 def launch(
     benchmark_name: str,
     params: BaseModel | Mapping[str, Any],
@@ -180,44 +210,39 @@ def launch(
     on_progress: ProgressCallback | None = None,
     freeze_inputs: bool = False,
 ) -> RunReport:
-    """Start a batch run, or continue ``run_id`` when it exists with the same parameters. ``freeze_inputs``:
-    the process does this one run and exits (the command line), so the loaded inputs and cases are moved out of
-    the garbage collector's reach (``memory.long_lived``)."""
+    """Start a batch run and execute it in this process, or continue ``run_id`` when it exists with the same
+    parameters. ``freeze_inputs``: the process does this one run and exits (the command line), so the loaded
+    inputs and cases are moved out of the garbage collector's reach (``memory.long_lived``)."""
     benchmark = registry.benchmark(benchmark_name)
-    raw = params.model_dump(mode="json") if isinstance(params, BaseModel) else dict(params)
-    try:
-        typed = benchmark.parse_params(raw)
-    except ValidationError as exc:
-        raise BenchmarkError(f"Invalid {benchmark_name} parameters: {exc}") from None
+    typed = _typed_params(benchmark, params)
     requested = typed.model_dump(mode="json")
     stored = _stored_config(store, run_id, benchmark_name, RunKind.BATCH, requested) if run_id else None
     if stored is not None:
         return _continue(benchmark, stored, run_id or "", settings, store, workers, on_progress, freeze_inputs)
     with long_lived(freeze_inputs):
-        inputs, cases = _fingerprints_while(benchmark.input_files(typed), lambda: benchmark.cases(typed, settings))
-        config = new_run_config(benchmark_name, settings, typed, label=label, inputs=inputs)
-        row = store.create_run(config, run_id=run_id, expected_cases=len(cases) * config.repetitions)
-        runner, run_case, repetitions = _prepare(benchmark, typed, cases, row.id, settings, store, workers,
+        new_id, cases = _new_run(benchmark, typed, settings, store, run_id, label)
+        runner, run_case, repetitions = _prepare(benchmark, typed, cases, new_id, settings, store, workers,
                                                  on_progress)
-    return _execute(runner, row.id, cases, run_case, repetitions, settings, store)
+    return _execute(runner, new_id, cases, run_case, repetitions, settings, store)
 
 
 def _continue(benchmark: Benchmark[Any, Any, Any], config: RunConfig, run_id: str, settings: Settings,
               store: Store, workers: int | None, on_progress: ProgressCallback | None,
-              freeze_inputs: bool = False) -> RunReport:
+              freeze_inputs: bool = False, lease_s: float | None = None) -> RunReport:
     typed = benchmark.parse_params(config.params)
     with long_lived(freeze_inputs):
         _, cases = _fingerprints_while(benchmark.input_files(typed), lambda: benchmark.cases(typed, settings),
                                        lambda current: _check_inputs(config, current, run_id))
         runner, run_case, repetitions = _prepare(benchmark, typed, cases, run_id, settings, store, workers,
-                                                 on_progress)
+                                                 on_progress, lease_s)
     return _execute(runner, run_id, cases, run_case, repetitions, settings, store)
 
 
 def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case], run_id: str,
              settings: Settings, store: Store, workers: int | None,
-             on_progress: ProgressCallback | None) -> tuple[BatchRunner, Any, int]:
-    """The runner, the per-case function and the repetitions of a run (the solver sees the cases still to do)."""
+             on_progress: ProgressCallback | None, lease_s: float | None = None) -> tuple[BatchRunner, Any, int]:
+    """The runner, the per-case function and the repetitions of a run (the solver sees the cases still to do);
+    ``lease_s``: the runner's lease time, when not its default."""
     repetitions = int(getattr(params, "repetitions", 1))
     finished = store.finished_keys(run_id)
     todo: Sequence[Case] = (list(cases) if not finished else
@@ -226,15 +251,16 @@ def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequ
     solver = benchmark.solver(params, settings, todo)
     run_case = _case_function(solver, benchmark.scorers(params, settings))
     runner = BatchRunner(store, settings, workers=workers or int(getattr(params, "workers", 1)),
-                         models=ModelRoles(benchmark.models(params, settings)), on_progress=on_progress)
+                         models=ModelRoles(benchmark.models(params, settings)), on_progress=on_progress,
+                         lease_s=lease_s or DEFAULT_LEASE_S, claim_group=getattr(solver, "claim_group", None))
     return runner, run_case, repetitions
 
 
 def _execute(runner: BatchRunner, run_id: str, cases: Sequence[Case], run_case: Any, repetitions: int,
              settings: Settings, store: Store) -> RunReport:
-    report = runner.execute(run_id, cases, run_case, repetitions)
-    refresh_summary(store, run_id, settings)
-    return report
+    return runner.execute(run_id, cases, run_case, repetitions,
+                          final_summary=lambda status: closing_summary(store, run_id, settings, status)
+                          .model_dump(mode="json"))
 
 
 def score_run(
@@ -289,35 +315,41 @@ def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, sou
 
 
 def resume(run_id: str, settings: Settings, store: Store, workers: int | None = None,
-           on_progress: ProgressCallback | None = None, freeze_inputs: bool = False) -> RunReport:
-    """Continue a stored run exactly as it was configured (its stored workers unless ``workers`` is given);
-    ``freeze_inputs`` as for ``launch``."""
-    config = RunConfig.model_validate(store.get_run(run_id).config)
-    if config.kind == RunKind.SESSION:
-        raise BenchmarkError(f"Run {run_id} is an interactive session; continue it from its page.")
+           on_progress: ProgressCallback | None = None, freeze_inputs: bool = False,
+           lease_s: float | None = None) -> RunReport:
+    """Execute a stored run (pending, interrupted, cancelled or with failed cases) exactly as it was configured,
+    as one more worker of it when others are already on it (its stored workers unless ``workers`` is given);
+    ``freeze_inputs`` as for ``launch``; ``lease_s``: how long its case claims last without a heartbeat."""
+    config = startable(store, run_id)
+    settings = run_settings(settings, config)
     benchmark = registry.benchmark(config.benchmark)
     if config.kind == RunKind.SCORE:
         if config.source_run_id is None:
             raise BenchmarkError(f"Score run {run_id} does not name the run it scores.")
         return score_run(config.source_run_id, ScoreParams.model_validate(config.params), settings, store,
                          run_id=run_id, workers=workers, on_progress=on_progress)
-    return _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs)
+    return _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
 
 
-def resume_in_background(run_id: str, settings: Settings, store: Store,
-                         workers: int | None = None) -> threading.Thread:
-    """Resume a run on a daemon thread (the app keeps serving); progress is read back from the store.
+def run_settings(settings: Settings, config: RunConfig) -> Settings:
+    """``settings`` with the model roles the run was launched with (as stored in its config, the environment's
+    overrides at launch included): a resume or a worker continues with the run's backends, whatever the
+    defaults are now. Keys stay in the environment (a role names the variable, never the key)."""
+    stored = config.settings.get("roles")
+    if not stored:
+        return settings
+    return settings.model_copy(update={"roles": {name: BackendChoice.model_validate(choice)
+                                                 for name, choice in stored.items()}})
 
-    What can be checked at once (the run exists, it is not a session, its benchmark is available) fails here,
-    in the caller, with a readable message."""
+
+def startable(store: Store, run_id: str) -> RunConfig:
+    """The stored config of a run a worker can execute; what can be checked at once (the run exists, it is not a
+    session, its benchmark is available) fails here, in the caller, with a readable message."""
     config = RunConfig.model_validate(store.get_run(run_id).config)
     if config.kind == RunKind.SESSION:
         raise BenchmarkError(f"Run {run_id} is an interactive session; continue it from its page.")
     registry.benchmark(config.benchmark)
-    thread = threading.Thread(target=resume, args=(run_id, settings, store, workers), name=f"resume-{run_id}",
-                              daemon=True)
-    thread.start()
-    return thread
+    return config
 
 
 def summarize_run(store: Store, run_id: str, settings: Settings) -> RunSummary:
@@ -331,9 +363,21 @@ def summarize_run(store: Store, run_id: str, settings: Settings) -> RunSummary:
     return benchmark.summarize(params, benchmark.cases(params, settings), store.results(run_id))
 
 
-def refresh_summary(store: Store, run_id: str, settings: Settings) -> RunSummary:
+def closing_summary(store: Store, run_id: str, settings: Settings, status: RunStatus) -> RunSummary:
+    """The summary a run is stored with when it ends with ``status``. No case finished: no metric at all (a row
+    of zeros beside the published reference rows would read as a result). Cancelled: the metrics cover only the
+    cases that finished, and say so."""
     summary = summarize_run(store, run_id, settings)
-    store.update_run(run_id, summary=summary.model_dump(mode="json"))
+    counts = summary.counts
+    if counts.done == 0:
+        return summary.model_copy(update={
+            "headline": [], "groups": [],
+            "notes": [f"No case finished ({counts.failed} failed, {counts.pending} pending): no metric is shown.",
+                      *summary.notes]})
+    if status == RunStatus.CANCELLED:
+        return summary.model_copy(update={"notes": [
+            f"Cancelled: the metrics cover only the {counts.done} of {counts.expected} cases that finished.",
+            *summary.notes]})
     return summary
 
 
@@ -347,34 +391,32 @@ def stored_summary(store: Store, run_id: str) -> RunSummary | None:
         return None
 
 
-def results_frame(results: list[CaseResult]) -> Any:
-    """One row per case result, outputs and metrics flattened into columns."""
-    import pandas as pd
-
-    rows = [
-        {
-            "run_id": r.run_id, "case_id": r.case_id, "repetition": r.repetition, "status": r.status.value,
-            "error": r.error, "started_at": r.started_at, "finished_at": r.finished_at,
-            **{f"metric.{k}": v for k, v in r.metrics.items()},
-            **{f"output.{k}": v for k, v in r.output.items()},
-        }
-        for r in results
-    ]
-    return pd.DataFrame(rows)
-
-
 def export_results(store: Store, run_id: str, path: Path) -> Path:
-    """Write a run's case results as CSV or JSON Lines, chosen by the file's suffix."""
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".jsonl"):
-        raise StoreError(f"Cannot export to {path.name}: use a .csv or .jsonl file name.")
-    frame = results_frame(store.results(run_id))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".csv":
-        frame.to_csv(path, index=False)
-    else:
-        frame.to_json(path, orient="records", lines=True, date_format="iso")
-    return path
+    """Write a run's case results as CSV or JSON Lines, chosen by the file's suffix (``exports.write_results``:
+    spreadsheet formulas neutralised, JSON cells)."""
+    from medeval_core.exports import write_results
+
+    results = store.results(run_id)
+    try:
+        return write_results(results, path)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+
+
+RunLiveness = Literal["pending", "running", "cancelling", "interrupted", "completed", "cancelled", "failed"]
+
+
+def liveness(status: str, live_workers: int, kind: str = RunKind.BATCH) -> RunLiveness:
+    """A stored status with the workers' heartbeats taken into account: running or cancelling with no live
+    worker is *interrupted* (its workers died; resume it), a pending run a worker took is *running*. A session
+    has no worker (a page drives it): its stored status stands."""
+    if kind == RunKind.SESSION:
+        return cast(RunLiveness, str(status))
+    if status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        return cast(RunLiveness, status) if live_workers else "interrupted"
+    if status == RunStatus.PENDING and live_workers:
+        return "running"
+    return cast(RunLiveness, str(status))
 
 
 class RunOverview(BaseModel):
@@ -386,6 +428,10 @@ class RunOverview(BaseModel):
     source_run_id: str | None
     label: str
     status: str
+    """As stored."""
+    state: RunLiveness
+    """As people should see it (``liveness``): *interrupted* when no worker of a running run is alive."""
+    live_workers: int
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -393,6 +439,10 @@ class RunOverview(BaseModel):
     done: int
     failed: int
     pending: int | None
+    rate_per_s: float | None
+    """Cases finished per second since the run (re)started, while it is running."""
+    eta_s: float | None
+    """Seconds until the pending cases are done at that rate, while it is running."""
     settings_hash: str
     versions: dict[str, Any]
     params: dict[str, Any]
@@ -402,27 +452,65 @@ class RunOverview(BaseModel):
 
     @property
     def active(self) -> bool:
-        return self.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
+        return self.state in ("running", "cancelling")
 
     @property
     def resumable(self) -> bool:
+        """Not a session, no worker on it, and something left to do: a case not finished, or no summary yet (a
+        run killed between its last case and its summary)."""
         return (self.kind != RunKind.SESSION and not self.active
-                and (self.status != RunStatus.COMPLETED or self.failed > 0))
+                and (self.status != RunStatus.COMPLETED or self.failed > 0 or not self.summary))
 
     @property
     def cancellable(self) -> bool:
-        return self.kind != RunKind.SESSION and self.status in (RunStatus.RUNNING, RunStatus.PENDING)
+        return self.kind != RunKind.SESSION and self.state in ("running", "pending")
+
+
+def _rate_and_eta(store: Store, row: Any, state: str, pending: int | None) -> tuple[float | None, float | None]:
+    if state != "running" or row.started_at is None:
+        return None, None
+    started = row.started_at if row.started_at.tzinfo else row.started_at.replace(tzinfo=UTC)
+    elapsed = (utc_now() - started).total_seconds()
+    finished = store.finished_since(row.id, started)
+    if elapsed <= 0 or not finished:
+        return None, None
+    rate = finished / elapsed
+    return rate, (pending / rate if pending is not None else None)
 
 
 def run_overview(store: Store, run_id: str) -> RunOverview:
     row = store.get_run(run_id)
     counts = store.result_counts(run_id)
     done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
+    live = len(store.live_workers(run_id))
+    state = liveness(row.status, live, row.kind)
+    pending = None if row.expected_cases is None else max(row.expected_cases - done - failed, 0)
+    rate, eta = _rate_and_eta(store, row, state, pending)
     return RunOverview(
         id=row.id, benchmark=row.benchmark, kind=row.kind, source_run_id=row.source_run_id, label=row.label,
-        status=row.status, created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-        expected_cases=row.expected_cases, done=done, failed=failed,
-        pending=None if row.expected_cases is None else row.expected_cases - done - failed,
-        settings_hash=row.settings_hash, versions=row.versions, params=row.config.get("params", {}),
-        inputs=row.config.get("inputs", {}), summary=row.summary, error=row.error,
+        status=row.status, state=state, live_workers=live, created_at=row.created_at, started_at=row.started_at,
+        finished_at=row.finished_at, expected_cases=row.expected_cases, done=done, failed=failed, pending=pending,
+        rate_per_s=rate, eta_s=eta, settings_hash=row.settings_hash, versions=row.versions,
+        params=row.config.get("params", {}), inputs=row.config.get("inputs", {}), summary=row.summary,
+        error=row.error,
     )
+
+
+class RunSnapshot(BaseModel):
+    """Everything the runs page shows about one run, read in one call so it is drawn from one moment: the
+    overview (state, counts, rate, ETA), the stored summary and the metric summaries over the finished cases."""
+
+    overview: RunOverview
+    summary: RunSummary | None
+    metrics: list[MetricSummary]
+    """Over the finished cases; empty when none finished (no metric over zero cases)."""
+
+
+def run_snapshot(store: Store, run_id: str) -> RunSnapshot:
+    """The run's overview, stored summary and metric summaries together (``compare.run_summaries`` is cached
+    per result stamp, so an unchanged run costs a few small queries per refresh)."""
+    from medeval_core.compare import run_summaries
+
+    overview = run_overview(store, run_id)
+    metrics = run_summaries(store, run_id) if overview.done else []
+    return RunSnapshot(overview=overview, summary=stored_summary(store, run_id), metrics=metrics)

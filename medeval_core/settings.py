@@ -113,6 +113,13 @@ def role_env_key(role: str) -> str:
     return role.upper().replace("-", "_")
 
 
+def overriding_variables(role: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The ``MEDEVAL_<ROLE>_*`` variables set for ``role`` (they win over files and the Models page)."""
+    prefix = f"{ENV_PREFIX}{role_env_key(role)}_"
+    fields = {f"{prefix}{field.upper()}" for field in ROLE_FIELDS}
+    return sorted(key for key in (os.environ if environ is None else environ) if key in fields)
+
+
 def default_api_key_env(role: str) -> str:
     return f"{ENV_PREFIX}{role_env_key(role)}_API_KEY"
 
@@ -243,12 +250,24 @@ def default_data_dir() -> Path:
     return shared if shared.is_dir() else DEFAULT_VAR_DIR / "data"
 
 
+def _with_registered(roles: dict[str, BackendChoice],
+                     registered: Mapping[str, BackendChoice]) -> dict[str, BackendChoice]:
+    """``roles`` with each registered default in place of the file's entry for the same role key."""
+    by_key = {role_env_key(role): role for role in roles}
+    updated = dict(roles)
+    for role, choice in registered.items():
+        updated[by_key.get(role_env_key(role), role)] = choice
+    return updated
+
+
 def default_db_url() -> str:
     return f"sqlite:///{DEFAULT_VAR_DIR / 'medeval.db'}"
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Read ``configs/`` and apply ``environ`` (the process environment by default).
+def load_settings(environ: Mapping[str, str] | None = None,
+                  registered: Mapping[str, BackendChoice] | None = None) -> Settings:
+    """Read ``configs/``, put the backends ``registered`` on the Models page (role -> default) over the file's
+    roles, and apply ``environ`` (the process environment by default) last, so a variable always wins.
 
     Raises ``SettingsError`` with a readable message.
     """
@@ -259,6 +278,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"A MEDEVAL_* environment variable has an invalid value ({names}): {exc}") from exc
     config_dir = (env.config_dir or DEFAULT_CONFIG_DIR).resolve()
     roles: dict[str, BackendChoice] = _validated(BackendRoles, config_dir / "backends.json").root
+    if registered:
+        roles = _with_registered(roles, registered)
     return Settings(
         config_dir=config_dir,
         prompts_dir=DEFAULT_PROMPTS_DIR,

@@ -16,6 +16,7 @@ import pytest
 
 from medeval_core import context
 from medeval_core.settings import default_data_dir
+from tests.db_support import db_url, postgres_url  # noqa: F401 - fixtures for every test module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_DIR = REPO_ROOT / "tests" / "artifacts"
@@ -71,7 +72,8 @@ def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: fl
 
 @pytest.fixture(scope="session")
 def streamlit_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., str]]:
-    """Start ``app.py`` in a real Streamlit server; ``streamlit_app(**env)`` returns its URL (one server per env)."""
+    """Start ``app.py`` in a real Streamlit server as ``make run`` does (``python -m medeval_core serve``);
+    ``streamlit_app(**env)`` returns its URL (one server per env)."""
     servers: dict[tuple[tuple[str, str], ...], tuple[str, subprocess.Popen[bytes]]] = {}
 
     def start(**extra_env: str) -> str:
@@ -87,7 +89,7 @@ def streamlit_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
         }
         log = (workdir / "streamlit.log").open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app.py"), "--server.port", str(port),
+            [sys.executable, "-m", "medeval_core", "serve", "--server.port", str(port),
              "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )

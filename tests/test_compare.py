@@ -97,3 +97,64 @@ def test_run_summaries_are_cached_until_a_result_is_added(isolated_store: str,
     [updated] = run_summaries(store, "r")
     assert len(calls) == 2 and updated.n == 5 and updated.value == pytest.approx(0.8)
     assert [updated] == summarize_metrics(store.results("r"))  # the same as over the full records
+
+
+def stored_run(store: Store, run_id: str, benchmark: str, params: dict, kind: str = "batch",
+               cases: dict[str, bool] | None = None) -> None:
+    from medeval_core.records import RunKind
+
+    store.create_run(RunConfig(benchmark=benchmark, params=params, kind=RunKind(kind)), run_id=run_id)
+    store.save_case_records([CaseRecords(result=result(case_id, run=run_id, correct=correct))
+                             for case_id, correct in (cases or {}).items()])
+
+
+def responses(mode: str) -> dict:
+    return {"stage": "responses", "mode": mode, "responses_file": "/data/responses.jsonl"}
+
+
+def test_sessions_are_never_paired(isolated_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every lesion-page evaluation has the case id "lesion": two of them must not make "1 shared case"."""
+    from medeval_core.benchmark import BenchmarkError
+    from medeval_core.cli import main
+
+    store = Store(isolated_store)
+    session = {"stage": "interactive", "mode": "open"}
+    stored_run(store, "lesion-1", "ddi", session, kind="session", cases={"lesion": True})
+    stored_run(store, "lesion-2", "ddi", session, kind="session", cases={"lesion": False})
+    with pytest.raises(BenchmarkError, match="lesion-1 is an interactive session"):
+        compare.run_comparison(store, "lesion-1", "lesion-2")
+    assert main(["runs", "compare", "lesion-1", "lesion-2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "only batch runs are compared" in err
+
+
+def test_only_the_same_dataset_and_task_are_paired(isolated_store: str) -> None:
+    from medeval_core.benchmark import BenchmarkError
+
+    store = Store(isolated_store)
+    cases_a = {"img-1": True, "img-2": False, "img-3": True}
+    stored_run(store, "open-a", "ddi", responses("open"), cases=cases_a)
+    stored_run(store, "open-b", "ddi", responses("open"), cases={"img-1": False, "img-2": False, "img-3": True})
+    stored_run(store, "classify", "ddi", responses("classification"), cases=cases_a)
+    stored_run(store, "other", "ddxplus", {"patients": "/p.csv", "kb": "/kb", "agent": "kb-bayes"}, cases=cases_a)
+    [paired] = compare.run_comparison(store, "open-a", "open-b").paired
+    assert paired.shared_cases == 3 and paired.test == "exact McNemar" and paired.p_value is not None
+    with pytest.raises(BenchmarkError, match=r"not on the same dataset and task \(task: open against "
+                                             r"classification\)"):
+        compare.run_comparison(store, "open-a", "classify")
+    with pytest.raises(BenchmarkError, match="open-a is a ddi run and run other a ddxplus run"):
+        compare.run_comparison(store, "open-a", "other")
+
+
+def test_ddxplus_runs_pair_only_on_the_same_patients_file() -> None:
+    from medeval_core import registry
+    from medeval_core.records import InputFile
+
+    ddxplus = registry.benchmark("ddxplus")
+    params = ddxplus.parse_params({"patients": "/p.csv", "kb": "/kb", "agent": "kb-bayes"})
+    key = ddxplus.comparison_key
+    one = {"patients": InputFile(path="/p.csv", sha256="a" * 64, bytes=1)}
+    other = {"patients": InputFile(path="/p.csv", sha256="b" * 64, bytes=1),
+             "train": InputFile(path="/t.csv", sha256="c" * 64, bytes=1)}
+    assert key(params, one) == key(params, {**one, "train": other["train"]})  # another agent, same patients
+    assert key(params, one) != key(params, other)  # a rewritten patients file: row ids name other patients

@@ -142,3 +142,53 @@ def test_the_migrations_render_for_postgresql(capsys: pytest.CaptureFixture[str]
     assert "ALTER TABLE case_results ADD COLUMN scores JSON DEFAULT '{}' NOT NULL" in ddl
     assert "_alembic_tmp" not in ddl and "PRAGMA" not in ddl  # no SQLite table copies
     assert f"UPDATE alembic_version SET version_num='{HEAD}'" in ddl
+
+
+def test_a_database_at_0002_is_upgraded_to_case_leases_keeping_its_rows(db_url: str) -> None:
+    """0003_case_leases on SQLite and PostgreSQL: a store from before the leases keeps every run and result, gets
+    the lease and worker tables, and its runs can be worked on by workers."""
+    from alembic import command
+
+    from medeval_core.records import RunStatus
+
+    command.upgrade(alembic_config(url=db_url), "0002_kinds_scores_model_calls")
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO runs (id, benchmark, label, kind, status, config, settings_hash, versions, summary, "
+            "created_at) VALUES ('old', 'demo', '', 'batch', 'running', '{}', '', '{}', '{}', '2026-01-01')"))
+        connection.execute(text(
+            "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores) VALUES "
+            "('old', 'c1', 0, 'ok', '{}', '{\"x\": 1}', '{}'), ('old', 'c2', 0, 'failed', '{}', '{}', '{}')"))
+    engine.dispose()
+    before = table_rows(db_url, "case_results")
+
+    store = Store(db_url)
+    assert store.schema_action == "upgraded"
+    assert {"case_leases", "run_workers"} <= set(inspect(store.engine).get_table_names())
+    assert table_rows(db_url, "case_results") == before
+    assert schema_differences(db_url) == []
+    # A run the old version left "running" shows as interrupted (no worker alive), and a worker takes it up.
+    from medeval_core.service import run_overview
+
+    assert run_overview(store, "old").state == "interrupted"
+    from medeval_core.records import CaseOutcome
+    from medeval_core.runner import BatchRunner
+    from medeval_core.settings import load_settings
+    from tests.support.counting_benchmark import make_cases
+
+    cases = [case.model_copy(update={"case_id": f"c{i}"}) for i, case in enumerate(make_cases(3), start=1)]
+    report = BatchRunner(store, load_settings()).execute("old", cases, lambda case, ctx: CaseOutcome(), 1)
+    assert report.status == RunStatus.COMPLETED and (report.done, report.failed) == (3, 0)
+    assert store.result("old", "c1").metrics == {"x": 1}  # the finished case was kept, not redone
+    store.engine.dispose()
+
+
+def test_the_migrations_build_exactly_the_models_schema_on_each_database(db_url: str) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url=db_url), "head")
+    assert schema_differences(db_url) == []
+    store = Store(db_url)
+    assert store.schema_action == "current"
+    store.engine.dispose()

@@ -20,8 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def store(isolated_store: str) -> Store:
-    return Store(isolated_store)
+def store(db_url: str) -> Store:
+    """A store on SQLite and on PostgreSQL (``tests/db_support.py``)."""
+    return Store(db_url)
 
 
 def runner(store: Store, workers: int = 1, **options: Any) -> BatchRunner:

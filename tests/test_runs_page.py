@@ -31,15 +31,18 @@ def counting_config(settings, n_cases: int) -> RunConfig:
 
 
 def seed_two_runs(store: Store) -> None:
-    store.create_run(RunConfig(benchmark="demo"), run_id="model-a", expected_cases=4)
-    store.create_run(RunConfig(benchmark="demo"), run_id="model-b", expected_cases=5)
+    """Two runs of the counting benchmark on the same cases (same params, so the same comparison key)."""
+    config = counting_config(load_settings(), 5)
+    store.create_run(config.model_copy(update={"label": "model A"}), run_id="model-a", expected_cases=4)
+    store.create_run(config.model_copy(update={"label": "model B"}), run_id="model-b", expected_cases=5)
     for case, a, b in (("c1", True, False), ("c2", True, False), ("c3", True, True), ("c4", False, False)):
         store.save_result(result("model-a", case, a, 1.0 if a else 0.2))
         store.save_result(result("model-b", case, b, 0.5))
     store.save_result(CaseResult(run_id="model-b", case_id="c5", status=CaseStatus.FAILED, error="timeout"))
 
 
-def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_store: str) -> None:
+def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_store: str,
+                                                                       counting_registered: None) -> None:
     store = Store(isolated_store)
     seed_two_runs(store)
     by_metric = {s.metric: s for s in summarize_metrics(store.results("model-a"))}
@@ -48,7 +51,7 @@ def test_summaries_use_wilson_for_proportions_and_bootstrap_for_means(isolated_s
     assert by_metric["score"].kind == "mean" and by_metric["score"].value == pytest.approx(0.8)
 
 
-def test_paired_comparison_uses_exact_mcnemar_on_shared_cases(isolated_store: str) -> None:
+def test_paired_comparison_uses_exact_mcnemar_on_shared_cases(isolated_store: str, counting_registered: None) -> None:
     store = Store(isolated_store)
     seed_two_runs(store)
     comparison = compare_runs("model-a", store.results("model-a"), "model-b", store.results("model-b"))
@@ -72,7 +75,8 @@ def test_resume_by_name_continues_with_the_stored_config(isolated_store: str, co
     assert store.get_run("count-1").settings_hash == settings.settings_hash()
 
 
-def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str) -> None:
+def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str,
+                                                                   counting_registered: None) -> None:
     seed_two_runs(Store(isolated_store))
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     assert not app.exception, app.exception
@@ -81,14 +85,17 @@ def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store
     [progress] = app.get("progress")
     assert progress.proto.text == "pending: 4 done, 1 failed, 0 pending of 5"
     assert app.subheader[0].value.startswith("Per-case metrics")
-    assert "Failed cases (1)" in [s.value for s in app.subheader]
+    app.selectbox(key="case_filter").set_value("failed").run()
+    [cases] = [frame.value for frame in app.dataframe if "case" in frame.value.columns]
+    assert list(cases["case"]) == ["c5"] and list(cases["error"]) == ["timeout"]
     resume_buttons = [b for b in app.button if b.label == "Resume"]
     assert resume_buttons, "a run with failed cases offers Resume"
     app.selectbox(key="compare_a").set_value("model-a").run()
     app.selectbox(key="compare_b").set_value("model-b").run()
     comparison = app.table[-1].value
-    assert comparison.loc["correct", "only_a_correct"] == 2
-    assert comparison.loc["correct", "p_value"] == pytest.approx(0.5)
+    assert comparison.loc["correct", "only A right"] == 2
+    assert comparison.loc["correct", "p-value"] == pytest.approx(0.5)
+    assert {"model A", "model B"} <= set(comparison.columns), "runs are named by their labels"
 
 
 def test_resume_from_the_page_finishes_the_run(isolated_store: str, counting_registered: None) -> None:
@@ -110,19 +117,24 @@ def test_unknown_benchmark_cannot_be_resumed_and_says_so(isolated_store: str) ->
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     [resume] = [b for b in app.button if b.label == "Resume"]
     resume.click().run()
-    assert any("cannot be resumed here" in e.value and "retired-benchmark" in e.value for e in app.error)
+    shown = [e.value.replace("\\", "") for e in app.error]  # stored text is shown Markdown-escaped
+    assert any("cannot be resumed here" in text and "retired-benchmark" in text for text in shown), shown
 
 
 def test_empty_store_says_how_to_start_a_run() -> None:
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     assert not app.exception
-    assert "No runs yet" in app.info[0].value
+    assert "No runs yet" in app.info[0].value and "New run page" in app.info[0].value
+    assert "benchmark page" not in app.info[0].value
 
 
-def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path, tmp_path_factory) -> None:
+def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path, tmp_path_factory,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     db_url = f"sqlite:///{tmp_path_factory.mktemp('runs-browser') / 'medeval.db'}"
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "tests.support.counting_benchmark")
     seed_two_runs(Store(db_url))
-    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/runs")  # a cold server's first request is a deep link
+    url = streamlit_app(MEDEVAL_DB_URL=db_url, MEDEVAL_BENCHMARKS="tests.support.counting_benchmark")
+    page.goto(f"{url}/runs")  # a cold server's first request is a deep link
     page.get_by_role("heading", name="Compare two runs").wait_for()
     sidebar = page.get_by_test_id("stSidebar")
     assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
@@ -141,7 +153,11 @@ def test_session_runs_offer_neither_resume_nor_cancel(isolated_store: str, count
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
     assert not app.exception
     assert not [b for b in app.button if b.label in ("Resume", "Cancel")]
-    assert any("interactive session" in c.value for c in app.caption)
+    assert any("past interactive sessions are listed below" in i.value for i in app.info)
+    [listed] = [f.value for f in app.dataframe if "verdict" in f.value.columns]
+    assert list(listed["run_id"]) == [session.run_id] and list(listed["benchmark"]) == ["counting"]
+    app.selectbox(key="session_open").set_value(session.run_id).run()
+    assert not app.exception
 
 
 def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting_registered: None) -> None:
@@ -156,14 +172,15 @@ def test_runs_page_renders_a_benchmark_run_summary(isolated_store: str, counting
 
 
 def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolated_store: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         counting_registered: None) -> None:
     """Not timed: the page's reruns read the metrics once (cached per result stamp), only the failed results by
     status, and never every full result (outputs, scores) of the run; the comparison likewise."""
     from medeval_core.records import CaseRecords
 
     store = Store(isolated_store)
     for run_id in ("big-a", "big-b"):
-        store.create_run(RunConfig(benchmark="demo"), run_id=run_id, expected_cases=10_000)
+        store.create_run(counting_config(load_settings(), 2_500), run_id=run_id, expected_cases=10_000)
         store.save_case_records([CaseRecords(result=CaseResult(
             run_id=run_id, case_id=f"case-{i // 4:05d}", repetition=i % 4,
             status=CaseStatus.FAILED if i % 100 == 0 else CaseStatus.OK, error="timeout" if i % 100 == 0 else None,
@@ -188,20 +205,22 @@ def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolat
         app.run()
         assert not app.exception, app.exception
     selected = str(app.selectbox(key="run_selected").value)
-    assert "Failed cases (100)" in [s.value for s in app.subheader]
     assert app.subheader[0].value.startswith("Per-case metrics")
+    assert "10000 of 10000 case results" in " ".join(c.value for c in app.caption)
     correct = app.table[-1].value.loc["correct"]
-    assert correct["shared_cases"] == 2_500
+    assert correct["shared cases"] == 2_500
     full_loads = [c for c in calls if c[0] == "results" and c[2] is None]
     assert not full_loads, f"full results loaded: {full_loads}"
     assert all(c[2] == CaseStatus.FAILED for c in calls if c[0] == "results")
-    # The metrics of each run are read once over four page runs (the page's summary and the comparison share
-    # nothing but the store, so a run shown in both is read at most twice).
+    # The metrics of each run are read once over four page runs by each of the page's readers, each cached per
+    # result stamp: the metric summaries (selected run; plots across runs reuse them and read the other run once),
+    # the case table (selected run), the comparison and its paired differences (both runs).
     metric_reads = [c[1] for c in calls if c[0] == "metric_rows"]
-    assert metric_reads.count(selected) <= 2 and len(metric_reads) <= 3, metric_reads
+    assert metric_reads.count(selected) <= 4 and len(metric_reads) <= 7, metric_reads
 
 
-def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str) -> None:
+def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str,
+                                                                        counting_registered: None) -> None:
     from medeval_core.compare import run_comparison
 
     store = Store(isolated_store)
@@ -213,3 +232,126 @@ def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated
     store.save_result(result("model-a", "c6", False, 0.1))
     updated = {p.metric: p for p in run_comparison(store, "model-a", "model-b").paired}
     assert updated["correct"].shared_cases == 5 and updated["correct"].only_b_correct == 1
+
+
+def stored_summary(store: Store, run_id: str, done: int, failed: int, notes: list[str] | None = None) -> None:
+    from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
+
+    headline = [Metric(name="scored", value=float(done), n=done + failed, denominator="expected cases",
+                       unit="count")]
+    groups = [MetricGroup(dimension="pathology", label=label, metrics=[
+        Metric(name="GTPA@1", value=value, n=2, denominator="planned patients", unit="percent")])
+        for label, value in (("Bronchitis", 50.0), ("Pneumonia", 100.0))]
+    summary = RunSummary(benchmark="counting", counts=RunCounts(expected=done + failed, done=done, failed=failed,
+                                                                pending=0),
+                         headline=headline if done else [], groups=groups if done else [], notes=notes or [])
+    store.update_run(run_id, summary=summary.model_dump(mode="json"))
+
+
+def test_groups_are_tables_and_a_run_with_no_finished_case_shows_no_metric(isolated_store: str,
+                                                                           counting_registered: None) -> None:
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    stored_summary(store, "model-a", done=4, failed=0)
+    store.create_run(counting_config(load_settings(), 2), run_id="all-failed", expected_cases=2)
+    for case in ("c1", "c2"):
+        store.save_result(CaseResult(run_id="all-failed", case_id=case, status=CaseStatus.FAILED, error="boom"))
+    store.update_run("all-failed", status=RunStatus.FAILED, error="Every case failed.")
+    stored_summary(store, "all-failed", done=0, failed=2, notes=["No case finished: no metric is reported."])
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.selectbox(key="run_selected").set_value("model-a").run()
+    assert not app.exception, app.exception
+    [pathology] = [f.value for f in app.dataframe if "pathology" in f.value.columns]
+    assert list(pathology["pathology"]) == ["Bronchitis", "Pneumonia"]
+    assert list(pathology["GTPA@1"]) == ["50.00", "100.00"]  # a table of values, not a JSON document
+    assert not app.json or all("per_pathology" not in j.value for j in app.json)
+    app.selectbox(key="run_selected").set_value("all-failed").run()
+    assert not app.exception
+    assert any("No case finished, so no metric is shown" in w.value for w in app.warning)
+    assert not [t for t in app.table if "denominator" in t.value.columns]
+    assert app.get("progress")[0].proto.text.startswith("failed: 0 done, 2 failed")
+
+
+def test_a_live_run_shows_its_eta_and_finishes_on_the_page(isolated_store: str, counting_registered: None) -> None:
+    from medeval_core import workers
+
+    settings = load_settings()
+    run_id = workers.create_run(settings, "counting", {"n_cases": 24, "sleep_s": 0.25}, label="slow counting")
+    workers.start_worker(settings, run_id)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 60
+    while (workers.run_liveness(store, run_id) != "running" or not store.results_stamp(run_id)[0]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception, app.exception
+    line = app.get("progress")[0].proto.text
+    assert line.startswith("running: ") and "cases/s, about" in line and line.endswith("s left"), line
+    while workers.run_liveness(store, run_id) != "completed" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    app.run()
+    assert app.get("progress")[0].proto.text == "completed: 24 done, 0 failed, 0 pending of 24"
+
+
+def test_case_drill_down_shows_turns_output_judge_attempts_and_model_calls(isolated_store: str,
+                                                                          counting_registered: None) -> None:
+    from medeval_core.records import CaseRecords, Judgement, ModelCall, Turn
+
+    store = Store(isolated_store)
+    store.create_run(counting_config(load_settings(), 1), run_id="drill", expected_cases=1)
+    answer = "**bold** <script>alert(1)</script>" + " long model answer" * 10
+    store.save_case_records([CaseRecords(
+        result=CaseResult(run_id="drill", case_id="case-0000", status=CaseStatus.OK, output={"response": answer},
+                          metrics={"correct": True}),
+        turns=[Turn(run_id="drill", case_id="case-0000", index=0, actor="agent", action="order",
+                    payload={"test": "CBC", "result": "normal", "provenance": "SYNTHETIC"}, cost=25.0),
+               Turn(run_id="drill", case_id="case-0000", index=1, actor="agent", action="question",
+                    payload={"question": "fever?", "provenance": "REAL"}, cost=300.0)],
+        judgements=[Judgement(run_id="drill", case_id="case-0000", judge_name="ddi-llm", attempt=1, ok=False,
+                              http_status=429, error="rate limited"),
+                    Judgement(run_id="drill", case_id="case-0000", judge_name="ddi-llm", attempt=2, ok=True,
+                              verdict={"correct": True, "reason": "same"})],
+        model_calls=[ModelCall(run_id="drill", case_id="case-0000", role="judge", model="m",
+                               messages_sha256="a" * 64, latency_s=0.25, prompt_tokens=120, completion_tokens=7)])])
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.selectbox(key="case_open_drill").set_value(("case-0000", 0)).run()
+    assert not app.exception, app.exception
+    frames = [f.value for f in app.dataframe]
+    [turns] = [f for f in frames if "tag" in f.columns]
+    assert list(turns["tag"]) == ["SYNTHETIC", "REAL"] and list(turns["cost"]) == [25.0, 300.0]
+    assert "test: CBC; result: normal" in turns["text"].iloc[0]
+    [attempts] = [f for f in frames if "raw reply" in f.columns]
+    assert list(attempts["http"].fillna(0)) == [429, 0] and '"reason": "same"' in attempts["raw reply"].iloc[1]
+    [calls] = [f for f in frames if "prompt tokens" in f.columns]
+    assert (calls["latency s"].iloc[0], calls["prompt tokens"].iloc[0]) == (0.25, 120)
+    assert answer in [t.value for t in app.text]  # the model's answer as plain text, not Markdown
+    assert any("total cost 325.00" in m.value for m in app.markdown)
+
+
+def test_a_run_whose_worker_was_killed_shows_interrupted_and_resumes_from_the_page(
+        isolated_store: str, counting_registered: None) -> None:
+    import os
+    import signal
+
+    from medeval_core import workers
+
+    settings = load_settings()
+    run_id = workers.create_run(settings, "counting", {"n_cases": 30, "sleep_s": 0.2}, label="to be killed")
+    pid = workers.start_worker(settings, run_id)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 60
+    while store.results_stamp(run_id)[0] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    while workers.run_liveness(store, run_id) != "interrupted" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    assert not app.exception, app.exception
+    assert app.get("progress")[0].proto.text.startswith("interrupted: ")
+    [resume] = [b for b in app.button if b.label == "Resume"]
+    resume.click().run()
+    assert not app.error, [e.value for e in app.error]
+    while workers.run_liveness(store, run_id) != "completed" and time.monotonic() < deadline + 60:
+        time.sleep(0.2)
+    finished = store.results(run_id)
+    assert len(finished) == 30 and len({r.case_id for r in finished}) == 30 and all(r.ok for r in finished)

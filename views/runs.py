@@ -1,155 +1,290 @@
-"""Batch runs: watch progress, resume or cancel, read summaries with intervals, export, compare two runs."""
+"""Batch runs and their results: every run with its status and headline metric; one run's progress, summary,
+per-case table and drill-down into one case; plots across runs; comparison of two runs; past interactive
+sessions; HTML report and exports. Everything that depends on the selected run is drawn by one fragment, so it
+refreshes together while the run is live."""
+
+import json
 
 import pandas as pd
 import streamlit as st
 
-from medeval_core import service
+from medeval_core import exports, plots, results, service, workers
 from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.compare import run_comparison, run_summaries
+from medeval_core.catalog import NEW_RUN
+from medeval_core.compare import RunComparison, run_comparison, run_summaries
 from medeval_core.context import current_settings, current_store
 from medeval_core.errors import StoreError
-from medeval_core.plots import metric_intervals
-from medeval_core.records import CaseStatus
+from medeval_core.records import RunKind
+from medeval_core.reports import run_report_html
+from medeval_core.text import plain_markdown
+
+STATUS_FILTERS = {"all": None, "finished": "ok", "failed": "failed"}
 
 
 def show_summary(summary: RunSummary) -> None:
-    """Any benchmark's RunSummary, one code path: counts, headline metrics, groups, reference rows, notes."""
+    """Any benchmark's RunSummary, one code path: counts, headline metrics, groups as tables, reference rows."""
     counts = summary.counts
-    st.caption(f"{summary.title or summary.benchmark}: expected {counts.expected}, done {counts.done}, "
-               f"failed {counts.failed}, pending {counts.pending}")
-    if summary.headline:
+    st.caption(plain_markdown(f"{summary.title or summary.benchmark}: expected {counts.expected}, done "
+                              f"{counts.done}, failed {counts.failed}, pending {counts.pending}"))
+    if not counts.done:
+        st.warning("No case finished, so no metric is shown.")
+    elif summary.headline:
         st.table(pd.DataFrame([
             {"metric": m.name, "value": m.format(m.value), "95% interval": m.formatted_interval(),
              "n": m.n, "denominator": m.denominator}
             for m in summary.headline
         ]).set_index("metric"))
-    if summary.groups:
-        with st.expander(f"By subgroup ({len(summary.groups)})"):
-            st.dataframe(pd.DataFrame([
-                {"dimension": g.dimension, "group": g.label, "metric": m.name, "value": m.value, "n": m.n,
-                 "interval": f"{m.interval[0]:.4f} - {m.interval[1]:.4f}" if m.interval else ""}
-                for g in summary.groups for m in g.metrics
-            ]), hide_index=True, width="stretch")
+    for dimension in plots.group_dimensions(summary) if counts.done else []:
+        groups = [g for g in summary.groups if g.dimension == dimension]
+        with st.expander(f"By {dimension} ({len(groups)} groups)"):
+            st.dataframe(pd.DataFrame([{dimension: g.label, "n": g.metrics[0].n if g.metrics else 0,
+                                        **{m.name: m.format(m.value) for m in g.metrics}} for g in groups]),
+                         hide_index=True, width="stretch")
     if summary.reference:
         st.markdown("**Published reference rows**")
-        st.dataframe(pd.DataFrame([{"row": r.label, **r.values, "source": r.source} for r in summary.reference]),
-                     hide_index=True, width="stretch")
+        reference = pd.DataFrame([{"row": r.label, **r.values, "source": r.source} for r in summary.reference])
+        st.dataframe(reference.astype(object).where(reference.notna(), ""), hide_index=True, width="stretch")
     for note in summary.notes:
-        st.info(note)
+        st.info(plain_markdown(note))
+
+
+def show_case(run_id: str, case_id: str, repetition: int) -> None:
+    """One case: image, dialogue turn by turn, model output, judge attempts with raw replies, model calls."""
+    detail = results.case_detail(store, run_id, case_id, repetition)
+    if detail is None:
+        st.info("This case has no stored result yet.")
+        return
+    result = detail.result
+    st.caption(plain_markdown(f"Case {case_id}, repetition {repetition}: {result.status.value}"
+                              + (f"; error: {result.error}" if result.error else "")))
+    if detail.image_path:
+        st.image(detail.image_path, caption=plain_markdown(detail.image_path), width=320)
+    if detail.turns:
+        st.markdown(f"**Dialogue** ({len(detail.turns)} turns, total cost {detail.total_cost:,.2f})")
+        st.dataframe(pd.DataFrame([t.model_dump() for t in detail.turns]), hide_index=True, width="stretch")
+    st.markdown("**Model output**")
+    text_fields = {k: v for k, v in result.output.items() if isinstance(v, str) and len(v) > 80}
+    for name, text in text_fields.items():
+        st.caption(plain_markdown(name))
+        st.text(text)
+    st.json({k: v for k, v in result.output.items() if k not in text_fields}, expanded=False)
+    if result.metrics:
+        st.dataframe(pd.DataFrame([{"metric": k, "value": str(v)} for k, v in result.metrics.items()]),
+                     hide_index=True)
+    st.markdown(f"**Judge attempts** ({len(detail.judgements)})")
+    if detail.judgements:
+        st.dataframe(pd.DataFrame([{"attempt": j.attempt, "judge": j.judge_name, "model": j.judge_model, "ok": j.ok,
+                                    "http": j.http_status, "latency s": j.latency_s, "error": j.error or "",
+                                    "raw reply": json.dumps(j.verdict, ensure_ascii=False)}
+                                   for j in detail.judgements]),
+                     hide_index=True, width="stretch")
+    st.markdown(f"**Model calls** ({len(detail.model_calls)})")
+    if detail.model_calls:
+        st.dataframe(pd.DataFrame([{"role": c.role, "model": c.model, "attempt": c.attempt, "ok": c.ok,
+                                    "latency s": round(c.latency_s, 3), "prompt tokens": c.prompt_tokens,
+                                    "completion tokens": c.completion_tokens, "error": c.error or "",
+                                    "messages sha256": c.messages_sha256[:12]} for c in detail.model_calls]),
+                     hide_index=True, width="stretch")
 
 
 st.title("Batch runs")
-st.caption("Runs started here or with `python -m medeval_core run ...` appear below. Finished cases are saved as "
-           "they finish, so a run stopped for any reason can be resumed.")
+st.caption("Runs launched on the New run page or with `python -m medeval_core run ...` appear below. Each runs in "
+           "its own worker process and saves every case as it finishes: a run whose workers stopped shows as "
+           "interrupted and can be resumed.")
 
 store = current_store()
-runs = store.list_runs()
-if not runs:
-    st.info("No runs yet. Start one from a benchmark page or the command line, e.g. "
+if not store.list_runs(limit=1):
+    st.info("No runs yet. Launch one on the New run page, or from the command line, e.g. "
             "`python -m medeval_core run ddxplus --patients PATIENTS.csv --agent kb-bayes`.")
+    if st.button("New run", icon=":material/play_circle:"):
+        st.switch_page(NEW_RUN.path)
     st.stop()
 
-st.dataframe(
-    pd.DataFrame([{"run": r.id, "benchmark": r.benchmark, "kind": r.kind, "label": r.label, "status": r.status,
-                   "cases": r.expected_cases, "scores run": r.source_run_id or "", "created": r.created_at}
-                  for r in runs]),
-    hide_index=True, width="stretch",
-)
-
-run_ids = [r.id for r in runs]
-selected = st.selectbox("Run", run_ids, key="run_selected")
+batch_rows = [row for row in store.list_runs() if row.kind == RunKind.BATCH]
+any_active = any(state in ("running", "cancelling", "pending")
+                 for state in workers.run_states(store, batch_rows).values())
 
 
-@st.fragment(run_every="2s")
-def run_panel(run_id: str) -> None:
-    overview = service.run_overview(store, run_id)
+@st.fragment(run_every="2s" if any_active else None)
+def live_section() -> None:
+    """The run list and everything about the selected run, read and drawn together."""
+    rows = store.list_runs()
+    states = workers.run_states(store, rows)  # one query for every run's workers
+    listings = [r for r in results.run_listings(store, rows, states) if r.kind != RunKind.SESSION]
+    if not listings:
+        st.info("No batch runs yet; past interactive sessions are listed below.")
+        return
+    st.dataframe(pd.DataFrame([{"run": r.display_name, "status": r.status, "benchmark": r.benchmark,
+                                "agent / model": r.agent, "judge": r.judge, "headline (95% interval)": r.headline,
+                                "cases": r.expected_cases, "id": r.id, "created": r.created_at}
+                               for r in listings]), hide_index=True, width="stretch")
+    names = {r.id: r.display_name for r in listings}
+    if st.session_state.get("run_selected") not in names:
+        st.session_state["run_selected"] = listings[0].id
+    selected = st.selectbox("Run", list(names), format_func=lambda i: f"{names[i]} ({i})", key="run_selected")
+    snapshot = service.run_snapshot(store, selected)  # overview, summary and metrics read at one moment
+    overview = snapshot.overview
+    # When the run stops, the whole page (run list, plots across runs, comparison, sidebar) is drawn again, so
+    # nothing on it stays at the counts it had while the run was live.
+    was_active = st.session_state.get("run_was_active", {}).get(selected, False)
+    st.session_state.setdefault("run_was_active", {})[selected] = overview.active or overview.state == "pending"
+    if was_active and not (overview.active or overview.state == "pending"):
+        st.rerun(scope="app")
     finished = overview.done + overview.failed
+    eta = f", about {overview.eta_s:,.0f} s left" if overview.eta_s is not None else ""
+    rate = f" at {overview.rate_per_s:.2f} cases/s" if overview.rate_per_s else ""
+    line = (f"{overview.state}: {overview.done} done, {overview.failed} failed, {overview.pending} pending of "
+            f"{overview.expected_cases}{rate}{eta}")
     if overview.expected_cases:
-        st.progress(min(finished / overview.expected_cases, 1.0),
-                    text=f"{overview.status}: {overview.done} done, {overview.failed} failed, "
-                         f"{overview.pending} pending of {overview.expected_cases}")
+        st.progress(min(finished / overview.expected_cases, 1.0), text=line)  # numbers and a state only
     else:
-        st.write(f"{overview.status}: {overview.done} done, {overview.failed} failed")
-    if overview.kind == "session":
-        st.caption("An interactive session from a benchmark page: continue it there.")
+        st.write(f"{overview.state}: {overview.done} done, {overview.failed} failed")
     if overview.source_run_id:
-        st.caption(f"Scores the outputs of run `{overview.source_run_id}`.")
+        st.caption(plain_markdown(f"Scores the outputs of run {overview.source_run_id}."))
     if overview.error:
-        st.error(f"The run stopped with an error: {overview.error}. Fix the cause, then resume it.")
+        st.error(plain_markdown(f"The run stopped with an error: {overview.error}. Fix the cause, then resume it."))
     left, right = st.columns(2)
-    if overview.resumable and left.button("Resume", key=f"resume-{run_id}",
-                                          help="Finished cases are kept; failed and pending ones run again."):
+    if overview.resumable and left.button("Resume", key=f"resume-{selected}",
+                                          help="Starts a worker: finished cases are kept; failed and pending ones "
+                                               "run again."):
         try:
-            service.resume_in_background(run_id, current_settings(), store)
-            st.toast(f"Resuming {run_id}.")
+            pid = workers.start_worker(current_settings(), selected)
+            st.toast(plain_markdown(f"Resuming {selected} (worker pid {pid})."))
         except (StoreError, BenchmarkError) as exc:
-            st.error(f"This run cannot be resumed here: {exc}")
-    if overview.cancellable and right.button("Cancel", key=f"cancel-{run_id}",
+            st.error(plain_markdown(f"This run cannot be resumed here: {exc}"))
+    if overview.cancellable and right.button("Cancel", key=f"cancel-{selected}",
                                              help="Stops after the cases in flight; they are saved."):
         try:
-            store.request_cancel(run_id)
+            store.request_cancel(selected)
         except StoreError as exc:
-            st.error(str(exc))
+            st.error(plain_markdown(str(exc)))
+
+    summary = snapshot.summary
+    if summary is not None:
+        st.subheader("Summary")
+        show_summary(summary)  # a cancelled run's summary says its metrics cover only the finished cases
+    summaries = snapshot.metrics
+    if summaries:
+        st.subheader("Per-case metrics (95% intervals)")
+        st.table(pd.DataFrame([s.model_dump() for s in summaries]).set_index("metric"))
+        st.plotly_chart(plots.metric_intervals({names[selected]: summaries}), width="stretch",
+                        key=f"intervals-{selected}")
+    if summary is not None and summary.groups and summary.counts.done:
+        dimensions = plots.group_dimensions(summary)
+        left, right = st.columns(2)
+        dimension = left.selectbox("Breakdown by", dimensions, key="breakdown_dimension")
+        metric_names = list(dict.fromkeys(m.name for g in summary.groups if g.dimension == dimension
+                                          for m in g.metrics))
+        metric = right.selectbox("Metric", metric_names, key="breakdown_metric")
+        st.plotly_chart(plots.group_breakdown(summary, dimension, metric), width="stretch", key="breakdown")
+    if overview.done or overview.failed:
+        case_section(selected)
+        downloads(selected, names[selected])
 
 
-run_panel(selected)
-
-overview = service.run_overview(store, selected)
-summary = service.stored_summary(store, selected)
-if summary is not None:
-    st.subheader("Summary")
-    show_summary(summary)
-elif overview.summary:
-    with st.expander("Summary (stored by an earlier version)"):
-        st.json(overview.summary)
-
-# A rerun reads no full results: the summaries come from the metrics alone, cached per result stamp (one COUNT
-# query when nothing changed), the failed cases are queried by status, the downloads are built on click.
-summaries = run_summaries(store, selected)
-if summaries:
-    st.subheader("Per-case metrics (95% intervals)")
-    st.table(pd.DataFrame([s.model_dump() for s in summaries]).set_index("metric"))
-    st.plotly_chart(metric_intervals({selected: summaries}), width="stretch")
-failed = store.results(selected, status=CaseStatus.FAILED) if overview.failed else []
-if failed:
-    st.subheader(f"Failed cases ({len(failed)})")
-    st.dataframe(pd.DataFrame([{"case": r.case_id, "repetition": r.repetition, "error": r.error} for r in failed]),
-                 hide_index=True, width="stretch")
-with st.expander("Configuration and provenance"):
-    st.write(f"Settings hash `{overview.settings_hash}`")
-    st.json({"params": overview.params, "inputs": overview.inputs, "versions": overview.versions})
+def case_section(run_id: str) -> None:
+    st.subheader("Cases")
+    rows = results.run_case_rows(store, run_id)
+    left, right = st.columns([1, 2])
+    status = left.selectbox("Show", list(STATUS_FILTERS), key="case_filter")
+    search = right.text_input("Search case ids and errors", key="case_search")
+    shown = results.filter_cases(rows, STATUS_FILTERS[status], search)
+    st.caption(f"{len(shown)} of {len(rows)} case results; click a column header to sort.")
+    st.dataframe(pd.DataFrame(shown), hide_index=True, width="stretch", height=320)
+    if not shown:
+        return
+    keys = [(row["case"], row["repetition"]) for row in shown]
+    opened = st.selectbox("Open case", keys, index=None, format_func=lambda k: f"{k[0]} (repetition {k[1]})",
+                          key=f"case_open_{run_id}", placeholder="choose a case to see everything recorded")
+    if opened is not None:
+        with st.container(border=True):
+            show_case(run_id, *opened)
 
 
-def results_csv() -> str:
-    return service.results_frame(store.results(selected)).to_csv(index=False)
+def downloads(run_id: str, label: str) -> None:
+    # Built only when clicked: rebuilding the files on every rerun cost seconds per 10k results.
+    left, middle, right = st.columns(3)
+    left.download_button("Download results (CSV)", lambda: exports.results_csv(store.results(run_id)),
+                         file_name=f"{run_id}.csv", mime="text/csv", on_click="ignore")
+    middle.download_button("Download results (JSON Lines)", lambda: exports.results_jsonl(store.results(run_id)),
+                           file_name=f"{run_id}.jsonl", mime="application/jsonl", on_click="ignore")
+    right.download_button("Download HTML report", lambda: run_report_html(store, run_id),
+                          file_name=f"{run_id}.html", mime="text/html", on_click="ignore",
+                          help=f"{label}: summary, settings and versions, plots, per-case table; opens offline")
 
 
-def results_jsonl() -> str:
-    return service.results_frame(store.results(selected)).to_json(orient="records", lines=True, date_format="iso")
+live_section()
 
+batch_runs = [r for r in store.list_runs() if r.kind != RunKind.SESSION]
+labels = {r.id: results.run_label(r) for r in batch_runs}
 
-# The files are built only when a button is clicked: rebuilding both on every rerun cost seconds per 10k results.
-has_results = bool(overview.done or overview.failed)
-left, right = st.columns(2)
-left.download_button("Download results (CSV)", results_csv, file_name=f"{selected}.csv", mime="text/csv",
-                     disabled=not has_results, on_click="ignore")
-right.download_button("Download results (JSON Lines)", results_jsonl, file_name=f"{selected}.jsonl",
-                      mime="application/jsonl", disabled=not has_results, on_click="ignore")
+st.header("Across runs")
+chosen = st.multiselect("Runs", list(labels), default=list(labels)[:4], format_func=labels.get, key="across_runs")
+if chosen:
+    # Per-case metric summaries (cached per result stamp): every metric has its 95% interval there.
+    across = {labels[run_id]: metrics for run_id in chosen if (metrics := run_summaries(store, run_id))}
+    if across:
+        st.plotly_chart(plots.metric_intervals(across), width="stretch", key="across")
+        points = plots.cost_points(results.stored_summaries(store, chosen))
+        if points:
+            st.plotly_chart(plots.accuracy_vs_cost(points), width="stretch", key="pareto")
+    else:
+        st.info("None of these runs has a finished case yet.")
+
+def show_comparison(run_a: str, run_b: str, comparison: RunComparison) -> None:
+    """The paired tests with their p-values, the per-case differences plot, each run's intervals."""
+    if comparison.paired:
+        st.table(pd.DataFrame([
+            {"metric": p.metric, "shared cases": p.shared_cases, labels[run_a]: p.value_a,
+             labels[run_b]: p.value_b, "difference": p.difference, "test": p.test, "p-value": p.p_value,
+             "difference 95% CI": (f"{p.difference_ci_low:.4f} - {p.difference_ci_high:.4f}"
+                                   if p.difference_ci_low is not None else ""),
+             "only A right": p.only_a_correct, "only B right": p.only_b_correct}
+            for p in comparison.paired]).set_index("metric"))
+        metric = st.selectbox("Paired differences of", [p.metric for p in comparison.paired], key="compare_metric")
+        differences = results.paired_differences(store, run_a, run_b, metric)
+        st.plotly_chart(plots.paired_differences_plot(metric, differences.differences, labels[run_a],
+                                                      labels[run_b]), width="stretch", key="paired")
+    else:
+        st.info("These runs share no scored cases with the same metrics; they cannot be compared pairwise.")
+    st.plotly_chart(plots.metric_intervals({labels[run_a]: comparison.summaries_a,
+                                            labels[run_b]: comparison.summaries_b}),
+                    width="stretch", key="compare_intervals")
+
 
 st.header("Compare two runs")
-if len(run_ids) < 2:
-    st.info("Comparing needs two runs.")
+if len(batch_runs) < 2:
+    st.info("Comparing needs two batch runs of one benchmark.")
 else:
     col_a, col_b = st.columns(2)
-    run_a = col_a.selectbox("Run A", run_ids, index=0, key="compare_a")
-    run_b = col_b.selectbox("Run B", run_ids, index=1, key="compare_b")
-    if run_a == run_b:
-        st.warning("Choose two different runs.")
+    run_a = col_a.selectbox("Run A", list(labels), index=0, format_func=labels.get, key="compare_a")
+    same_benchmark = [r.id for r in batch_runs if r.benchmark == store.get_run(run_a).benchmark and r.id != run_a]
+    if not same_benchmark:
+        st.info("No other run of this benchmark to compare with.")
     else:
-        comparison = run_comparison(store, run_a, run_b)  # cached per result stamp of both runs
-        if comparison.paired:
-            st.table(pd.DataFrame([p.model_dump() for p in comparison.paired]).set_index("metric"))
+        run_b = col_b.selectbox("Run B", same_benchmark, format_func=labels.get, key="compare_b")
+        try:
+            comparison = run_comparison(store, run_a, run_b)  # cached per result stamp of both runs
+        except BenchmarkError as exc:
+            st.info(plain_markdown(str(exc)))
         else:
-            st.info("These runs share no scored cases with the same metrics; they cannot be compared pairwise.")
-        st.plotly_chart(metric_intervals({run_a: comparison.summaries_a, run_b: comparison.summaries_b}),
-                        width="stretch")
+            show_comparison(run_a, run_b, comparison)
+
+st.header("Past walkthroughs and lesion evaluations")
+sessions = results.session_listings(store)
+if not sessions:
+    st.info("No interactive session yet: the DDXPlus walkthrough and the lesion page save each one here.")
+else:
+    st.dataframe(pd.DataFrame([s.model_dump(exclude={"reopen_page", "reopen_query"}) for s in sessions]),
+                 hide_index=True, width="stretch")
+    reopened = st.selectbox("Reopen", [s.run_id for s in sessions], index=None, key="session_open",
+                            placeholder="choose a session")
+    if reopened is not None:
+        row = next(s for s in sessions if s.run_id == reopened)
+        if row.reopen_page and row.reopen_query and st.button("Continue it on its page", key="session_continue"):
+            st.switch_page(row.reopen_page, query_params={row.reopen_query: row.run_id})
+        case = store.results(reopened)
+        if case:
+            show_case(reopened, case[0].case_id, case[0].repetition)
+        else:
+            st.info(plain_markdown(f"Session {row.run_id} has no finished step yet; continue it on its page."))

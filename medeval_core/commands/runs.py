@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, print_json, print_summary
+from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, exit_status, print_json, print_summary
+from medeval_core.commands.reports import add_report_command
 
 if TYPE_CHECKING:
     from medeval_core.settings import Settings
@@ -54,6 +55,7 @@ def register(groups: CommandGroups) -> None:
     export.add_argument("run_id")
     export.add_argument("--out", type=Path, required=True)
     export.set_defaults(handler=_export)
+    add_report_command(runs)
 
     resume = groups.top.add_parser("resume", help="continue a run: finished cases are skipped, failed ones retried")
     resume.add_argument("run_id")
@@ -75,20 +77,35 @@ def register(groups: CommandGroups) -> None:
     rescore.add_argument("--json", action="store_true")
     rescore.set_defaults(handler=_rescore)
 
+    worker = groups.top.add_parser(
+        "worker", help="execute a stored run's remaining cases, holding case leases (start several, on one host or "
+                       "many pointed at one database, to share a run)")
+    worker.add_argument("run_id")
+    worker.add_argument("--workers", type=int, help="cases run at once in this process (default: the run's own)")
+    worker.add_argument("--lease-seconds", type=float, default=None,
+                        help="how long this worker's case claims last without a heartbeat (default 30); another "
+                             "worker takes them over after that")
+    worker.add_argument("--json", action="store_true")
+    worker.set_defaults(handler=_resume)
+
     cancel = groups.top.add_parser("cancel", help="ask a running run to stop after its in-flight cases")
     cancel.add_argument("run_id")
     cancel.set_defaults(handler=_cancel)
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows = current_store().list_runs(benchmark=args.benchmark)
+    from medeval_core.workers import run_states
+
+    store = current_store()
+    rows = store.list_runs(benchmark=args.benchmark)
+    states = run_states(store, rows)  # "interrupted" where a running run's workers are gone
     if args.json:
-        print_json([row.model_dump(mode="json", exclude={"config"}) for row in rows])
+        print_json([{**row.model_dump(mode="json", exclude={"config"}), "state": states[row.id]} for row in rows])
         return 0
     if not rows:
         print("No runs stored yet.")
     for row in rows:
-        print(f"{row.id}  {row.benchmark:<10} {row.status:<10} {row.created_at:%Y-%m-%d %H:%M}  {row.label}")
+        print(f"{row.id}  {row.benchmark:<10} {states[row.id]:<11} {row.created_at:%Y-%m-%d %H:%M}  {row.label}")
     return 0
 
 
@@ -101,7 +118,11 @@ def _show(args: argparse.Namespace) -> int:
         print_json(overview.model_dump(mode="json"))
         return 0
     source = f" scoring {overview.source_run_id}" if overview.source_run_id else ""
-    print(f"{overview.id}: {overview.benchmark} {overview.kind} run{source}, {overview.status}")
+    print(f"{overview.id}: {overview.benchmark} {overview.kind} run{source}, {overview.state}")
+    if overview.state == "interrupted":
+        print(f"Its workers stopped; continue with `python -m medeval_core resume {overview.id}`.")
+    elif overview.eta_s is not None and overview.rate_per_s is not None:
+        print(f"{overview.live_workers} worker(s), {overview.rate_per_s:.2f} cases/s, eta {overview.eta_s:.0f}s")
     summary = service.stored_summary(store, args.run_id)
     if summary is None:
         print(f"expected {overview.expected_cases}, done {overview.done}, failed {overview.failed}, "
@@ -112,13 +133,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from medeval_core.compare import compare_metric_rows
+    from medeval_core.compare import run_comparison
 
-    store = current_store()
-    for run_id in (args.run_a, args.run_b):
-        store.get_run(run_id)  # an unknown run is a StoreError naming it, not an empty comparison
-    comparison = compare_metric_rows(args.run_a, store.metric_rows(args.run_a), args.run_b,
-                                     store.metric_rows(args.run_b))
+    # An unknown run is a StoreError naming it; a session or another dataset a BenchmarkError.
+    comparison = run_comparison(current_store(), args.run_a, args.run_b)
     if args.json:
         print_json(comparison.model_dump(mode="json"))
         return 0
@@ -146,13 +164,14 @@ def _resume(args: argparse.Namespace) -> int:
     from medeval_core import service
 
     report = service.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
-                            on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True)
+                            on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True,
+                            lease_s=getattr(args, "lease_seconds", None))
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
         print(f"\n{report.run_id}: {report.status}; done {report.done}, failed {report.failed}, "
               f"pending {report.pending}")
-    return 0
+    return exit_status(report)
 
 
 def _option(text: str) -> tuple[str, object]:

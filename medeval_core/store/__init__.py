@@ -9,16 +9,20 @@ its rows; ``upgrade(url)`` does the same without opening one.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Table, Text, UniqueConstraint, cast, event, func, text
-from sqlalchemy.engine import Engine, Row, make_url
+from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, false, func, or_, text
+from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
@@ -38,6 +42,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.store.migrations import ensure_schema, upgrade
+from medeval_core.store.model_backends import ModelBackendRow  # noqa: F401 - its table joins the metadata
 
 
 class RunRow(SQLModel, table=True):
@@ -149,6 +154,47 @@ class AnnotationRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utc_now)
 
 
+class CaseLeaseRow(SQLModel, table=True):
+    """One (case, repetition) of a run's current wave of work. A worker claims queued or expired rows (holding
+    them until ``expires_at``, extended by its heartbeat) and marks them done in the transaction that stores
+    their results; a new wave (a resume when no worker is alive) replaces the run's rows."""
+
+    __tablename__ = "case_leases"
+    __table_args__ = (
+        UniqueConstraint("run_id", "case_id", "repetition", name="uq_lease_run_case_rep"),
+        # A claim reads a run's undone rows in queue order: this index makes it a range scan, not a sort.
+        Index("ix_case_leases_queue", "run_id", "done", "id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id")  # looked up through the two indexes that begin with it
+    case_id: str
+    repetition: int = 0
+    worker_id: str | None = None
+    expires_at: datetime | None = None
+    attempts: int = 0
+    done: bool = False
+    claim_group: int | None = None
+    """Cases the solver computes together (one generation batch of a repetition): claimed whole."""
+
+
+class RunWorkerRow(SQLModel, table=True):
+    """A process executing a run: alive while ``expires_at`` (its last heartbeat plus the lease time) is ahead
+    and ``finished_at`` is unset."""
+
+    __tablename__ = "run_workers"
+
+    id: str = Field(primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    host: str = ""
+    pid: int = 0
+    threads: int = 1
+    started_at: datetime = Field(default_factory=utc_now)
+    heartbeat_at: datetime = Field(default_factory=utc_now)
+    expires_at: datetime = Field(default_factory=utc_now)
+    finished_at: datetime | None = None
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -161,6 +207,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        # Timestamps are stored without a zone and meant as UTC: the session's zone must not shift them.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c timezone=UTC"})
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     database = parsed.database
@@ -250,7 +299,148 @@ class Store:
         row = self.get_run(run_id)
         if row.status not in (RunStatus.RUNNING, RunStatus.PENDING):
             raise StoreError(f"Run {run_id!r} is {row.status}; only a pending or running run can be cancelled.")
+        if not self.live_workers(run_id):  # nobody would see the request: it is cancelled at once
+            return self.update_run(run_id, status=RunStatus.CANCELLED, finished_at=utc_now())
         return self.update_run(run_id, status=RunStatus.CANCELLING)
+
+    # Case leases and workers ----------------------------------------------------------------------------------
+    # Every process executing a run is a worker (a row in run_workers with a heartbeat). The run's work is a queue
+    # of lease rows; workers claim rows in queue order, extend their claims with the heartbeat, and mark them done
+    # with the results. An expired claim (its worker stopped heart-beating) is claimable again.
+
+    @contextmanager
+    def _write_transaction(self, lock_run: str | None = None) -> Iterator[Connection]:
+        """A write transaction that takes its locks first. SQLite: BEGIN IMMEDIATE takes the database's write lock
+        before the first read, so no two workers read the same free leases. PostgreSQL: ``lock_run`` locks that
+        run's row (joining and finishing a run are serialised); claims lock their rows FOR UPDATE SKIP LOCKED."""
+        with self._write_lock, self.engine.begin() as connection:
+            if self.engine.dialect.name == "sqlite":
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            elif lock_run is not None:
+                runs = _table(RunRow)
+                connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update())
+            yield connection
+
+    def join_run(self, run_id: str, worker: RunWorkerRow,
+                 keys: Callable[[], Iterable[tuple[str, int, int | None]]], run_changes: dict[str, Any]) -> bool:
+        """Register ``worker`` on the run. When no other worker is alive, start a new wave: the run's queue becomes
+        every (case id, repetition, claim group) of ``keys()`` without a finished (ok) result, in that order
+        (failed cases are retried), and ``run_changes`` are applied to the run. Returns whether this worker started
+        the wave (else it joins the wave in progress)."""
+        workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
+        with self._write_transaction(lock_run=run_id) as connection:
+            alive = _alive_workers(connection, run_id)
+            connection.execute(workers.insert(), [worker.model_dump()])
+            if alive:
+                return False
+            results = _table(CaseResultRow)
+            finished = {(case_id, repetition) for case_id, repetition in connection.execute(
+                select(results.c.case_id, results.c.repetition).where(
+                    results.c.run_id == run_id, results.c.status == CaseStatus.OK))}
+            connection.execute(leases.delete().where(leases.c.run_id == run_id))
+            _insert_queue(connection, run_id, [key for key in keys() if key[:2] not in finished])
+            runs = _table(RunRow)
+            connection.execute(runs.update().where(runs.c.id == run_id).values(**run_changes))
+        return True
+
+    def claim_cases(self, run_id: str, worker_id: str, limit: int, lease_s: float,
+                    grouped: bool = False) -> list[tuple[int, str, int]]:
+        """Claim up to ``limit`` queued or expired cases of the run for ``lease_s`` seconds, in queue order:
+        (lease id, case id, repetition); ``grouped``: whole claim groups (the groups of the first ``limit`` free
+        cases, so a claim may hold more). PostgreSQL skips rows another worker is claiming at this moment
+        (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE)."""
+        now = utc_now()
+        leases = _table(CaseLeaseRow)
+        is_free = (leases.c.run_id == run_id, leases.c.done == false(),
+                   or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
+        column = leases.c.claim_group if grouped else leases.c.id
+        with self._write_transaction() as connection:
+            picked = (self._pick_groups(connection, run_id, is_free, limit) if grouped else
+                      list(connection.execute(select(column).where(*is_free).order_by(leases.c.id).limit(limit)
+                                              .with_for_update(skip_locked=True)).scalars()))
+            if not picked:
+                return []
+            # Two statements, not UPDATE ... WHERE x IN (SELECT ... SKIP LOCKED): PostgreSQL may evaluate that
+            # subquery while the UPDATE already holds rows of a group, skip them as locked and pick more groups.
+            claim = (leases.update().where(*is_free, column.in_(picked))
+                     .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
+                             attempts=leases.c.attempts + 1)
+                     .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
+            return sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(claim))
+
+    @staticmethod
+    def _pick_groups(connection: Connection, run_id: str, is_free: Sequence[Any], limit: int) -> list[int]:
+        """The claim groups of the first ``limit`` free cases that this transaction can have. PostgreSQL: a group
+        is taken with a transaction-scoped advisory try-lock on (run, group), never a wait, so two workers never
+        split a group or deadlock over its rows (row locks on part of a group would); SQLite's claims are
+        serialised already."""
+        leases = _table(CaseLeaseRow)
+        first = select(leases.c.claim_group).where(*is_free).order_by(leases.c.id).limit(limit)
+        groups = list(dict.fromkeys(connection.execute(first).scalars()))
+        if connection.dialect.name != "postgresql" or not groups:
+            return groups
+        run_key = zlib.crc32(run_id.encode()) & 0x7FFFFFFF
+        return [group for group in groups if connection.execute(
+            select(func.pg_try_advisory_xact_lock(run_key, group))).scalar()]
+
+    def heartbeat(self, worker_id: str, lease_s: float) -> None:
+        """The worker is alive: its row and its undone claims expire ``lease_s`` seconds from now."""
+        now = utc_now()
+        expires = now + timedelta(seconds=lease_s)
+        workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
+        with self._write_lock, self.engine.begin() as connection:
+            connection.execute(workers.update().where(workers.c.id == worker_id).values(
+                heartbeat_at=now, expires_at=expires))
+            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
+                               .values(expires_at=expires))
+
+    def release_cases(self, worker_id: str) -> None:
+        """Give back the worker's undone claims (a cancel or a stop): other workers may claim them at once."""
+        leases = _table(CaseLeaseRow)
+        with self._write_lock, self.engine.begin() as connection:
+            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
+                               .values(worker_id=None, expires_at=None))
+
+    def finish_worker(self, worker_id: str) -> None:
+        workers = _table(RunWorkerRow)
+        with self._write_lock, self.engine.begin() as connection:
+            connection.execute(workers.update().where(workers.c.id == worker_id).values(finished_at=utc_now()))
+
+    def live_workers(self, run_id: str) -> list[RunWorkerRow]:
+        """The run's workers that are alive: not finished, heartbeat within their lease time, and (on this host)
+        their process still there."""
+        with self.engine.connect() as connection:
+            return [RunWorkerRow.model_validate(row._asdict()) for row in _alive_workers(connection, run_id)]
+
+    def live_worker_counts(self) -> dict[str, int]:
+        """Live workers per run, for every run at once (the run list)."""
+        with self.engine.connect() as connection:
+            return dict(Counter(row.run_id for row in _alive_workers(connection)))
+
+    def queued_cases(self, run_id: str) -> int:
+        """Cases of the run's current wave not yet done (queued, or claimed by a worker)."""
+        leases = _table(CaseLeaseRow)
+        with self.engine.connect() as connection:
+            return int(connection.execute(select(func.count()).select_from(leases).where(
+                leases.c.run_id == run_id, leases.c.done == false())).scalar() or 0)
+
+    def finish_run(self, run_id: str, final: Callable[[], dict[str, Any]], *, when: str) -> bool:
+        """End the run's wave: under the run's lock, and only when ``when`` holds ("drained": no case of the wave
+        is left undone; "alone": no worker is alive), write ``final()`` (its status with its summary and finish
+        time) and drop the wave's lease rows, all in one transaction: a run is never left finished without its
+        summary. Returns whether it was written."""
+        leases, runs = _table(CaseLeaseRow), _table(RunRow)
+        with self._write_transaction(lock_run=run_id) as connection:
+            if when == "drained":
+                left = connection.execute(select(func.count()).select_from(leases).where(
+                    leases.c.run_id == run_id, leases.c.done == false())).scalar()
+            else:
+                left = len(_alive_workers(connection, run_id))
+            if left:
+                return False
+            connection.execute(runs.update().where(runs.c.id == run_id).values(**final()))
+            connection.execute(leases.delete().where(leases.c.run_id == run_id))
+        return True
 
     # Case results -----------------------------------------------------------------------------------------
 
@@ -286,16 +476,18 @@ class Store:
             session.refresh(row)
         return row
 
-    def save_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
+    def save_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int] = ()) -> list[bool]:
         """Write finished cases (result, turns, judgements, model calls) in one transaction: the runner's group
         commit. Returns, per case, whether it was written; a case already finished (by another worker or an
         earlier attempt) keeps its stored result and records, and a failed one is replaced with its records.
+        ``leases`` (ids from ``claim_cases``) are marked done in the same transaction, so a case is never both
+        stored and still claimable.
         """
         if not batch:
             return []
         for attempt in range(1, 6):
             try:
-                return self._write_case_records(batch)
+                return self._write_case_records(batch, leases)
             except (IntegrityError, OperationalError) as exc:
                 # A concurrent writer stored one of these cases (unique key) or held the lock past the busy
                 # timeout: the next attempt re-reads what is stored and writes only what is still missing.
@@ -303,10 +495,15 @@ class Store:
                     raise StoreError(f"Could not store {len(batch)} case results: {exc.orig}") from exc
         raise AssertionError("unreachable")
 
-    def _write_case_records(self, batch: Sequence[CaseRecords]) -> list[bool]:
+    def _write_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int]) -> list[bool]:
         run_ids = {item.result.run_id for item in batch}
         results_table = _table(CaseResultRow)
         with self._write_lock, self.engine.begin() as connection:
+            if leases:
+                lease_table = _table(CaseLeaseRow)
+                for start in range(0, len(leases), 900):
+                    connection.execute(lease_table.update().where(lease_table.c.id.in_(leases[start:start + 900]))
+                                       .values(done=True))
             stored: dict[tuple[str, str, int], str] = {}
             for run_id in run_ids:
                 case_ids = sorted({item.result.case_id for item in batch if item.result.run_id == run_id})
@@ -405,6 +602,13 @@ class Store:
         with self.session() as session:
             return {(case_id, repetition) for case_id, repetition in session.exec(statement)}
 
+    def finished_since(self, run_id: str, since: datetime) -> int:
+        """How many of the run's results finished at or after ``since`` (a run's rate since it restarted)."""
+        table = _table(CaseResultRow)
+        with self.engine.connect() as connection:
+            return int(connection.execute(select(func.count()).where(
+                table.c.run_id == run_id, table.c.finished_at >= since)).scalar() or 0)
+
     def result_counts(self, run_id: str) -> dict[str, int]:
         statement = (
             select(CaseResultRow.status, func.count())
@@ -483,6 +687,57 @@ class Store:
             return {name: session.exec(select(func.count()).select_from(table)).one() for name, table in tables.items()}
 
 
+HOST = socket.gethostname()
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether the process runs. A killed worker whose parent has not reaped it (a zombie, e.g. when the app that
+    started it was restarted and PID 1 does not reap) still answers signal 0, so Linux's state letter decides."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc here: signal 0 is all there is
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Row[Any]]:
+    """Workers whose heartbeat is within their lease, less those on this host whose process is gone (a SIGKILLed
+    worker here is dead at once, not only when its lease runs out)."""
+    workers = _table(RunWorkerRow)
+    statement = workers.select().where(workers.c.finished_at.is_(None), workers.c.expires_at > utc_now())
+    if run_id is not None:
+        statement = statement.where(workers.c.run_id == run_id)
+    return [row for row in connection.execute(statement)
+            if row.host != HOST or _process_exists(row.pid)]
+
+
+def _insert_queue(connection: Connection, run_id: str, keys: Sequence[tuple[str, int, int | None]]) -> None:
+    """A wave's lease rows, in queue order, written by the driver directly: a DDXPlus test split is 134,529 rows,
+    which SQLAlchemy's per-row parameter processing would make a second of the run's start. PostgreSQL gets them
+    in one statement from two arrays (an executemany costs a round trip per row there)."""
+    if not keys:
+        return
+    if connection.dialect.name == "postgresql":
+        case_ids, repetitions, groups = zip(*keys, strict=True)
+        connection.exec_driver_sql(
+            "INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
+            "SELECT %s, case_id, repetition, claim_group, 0, false "
+            "FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) AS t(case_id, repetition, claim_group)",
+            (run_id, list(case_ids), list(repetitions), list(groups)))
+        return
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    connection.exec_driver_sql(
+        f"INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
+        f"VALUES ({mark}, {mark}, {mark}, {mark}, 0, false)",
+        [(run_id, *key) for key in keys])
+
+
 def _table(model: type[SQLModel]) -> Table:
     """A table model's Core table (SQLModel sets ``__table__`` at class creation; typing does not know it)."""
     return model.__table__  # type: ignore[attr-defined]
@@ -538,8 +793,9 @@ def new_run_id(benchmark: str) -> str:
 
 
 __all__ = [
-    "AnnotationRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow", "RunRow", "Store",
-    "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store", "redact_url", "upgrade",
+    "HOST", "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
+    "RunRow", "RunWorkerRow", "Store", "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store",
+    "redact_url", "upgrade",
 ]
 
 # The annotation tables join SQLModel's metadata here, so every Store creates and checks them.

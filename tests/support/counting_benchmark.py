@@ -44,6 +44,7 @@ SPEC = BenchmarkSpec(
 class CountingParams(RunParams):
     n_cases: int = Field(ge=1, description="how many cases")
     sleep_s: float = Field(default=0.0, ge=0, description="seconds each case sleeps")
+    fail_every: int = Field(default=0, ge=0, description="case i raises when i is a multiple of this (0: none)")
 
 
 class CountingOutput(BaseModel):
@@ -56,13 +57,17 @@ def make_cases(n: int) -> list[Case]:
 
 
 class _Sleeper:
-    def __init__(self, sleep_s: float) -> None:
+    def __init__(self, sleep_s: float, fail_every: int = 0) -> None:
         self.sleep_s = sleep_s
+        self.fail_every = fail_every
 
     def __call__(self, case: Case, ctx: CaseContext) -> CountingOutput:
         time.sleep(self.sleep_s)
+        index = int(case.case_id.split("-")[1])
+        if self.fail_every and index % self.fail_every == 0:
+            raise RuntimeError(f"case {index} fails on purpose")
         ctx.record_turn("counter", "count", {"case": case.case_id})
-        return CountingOutput(echo=case.case_id, index=int(case.case_id.split("-")[1]))
+        return CountingOutput(echo=case.case_id, index=index)
 
 
 class _IndexScorer:
@@ -91,7 +96,7 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
         return make_cases(params.n_cases)
 
     def solver(self, params: CountingParams, settings: Settings, todo: Sequence[Case]) -> Solver[Case, CountingOutput]:
-        return _Sleeper(params.sleep_s)
+        return _Sleeper(params.sleep_s, params.fail_every)
 
     def scorers(self, params: CountingParams, settings: Settings) -> Sequence[Scorer[Case, CountingOutput]]:
         return (_IndexScorer(),)

@@ -43,9 +43,9 @@ from medeval_core.benchmarks.ddi.cases import DDI_METADATA, SKIN_TONES, CaseSour
 from medeval_core.benchmarks.ddi.images import load_image_file
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
-from medeval_core.benchmarks.ddi.tasks import canonical_label, score_label
+from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
-from medeval_core.records import CaseResult, ModelCall
+from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
 
 JUDGE_SCORER = "ddi-judge"
@@ -209,6 +209,11 @@ class _GenerateSolver:
     def __init__(self, params: GenerateParams, cases: Sequence[DdiCase], todo: Sequence[DdiCase]) -> None:
         self.params = params
         self.batcher = ChunkBatcher.over(cases, todo, params.generation.batch_size, self._produce)
+        self._batch_of = {case.case_id: index // params.generation.batch_size for index, case in enumerate(cases)}
+
+    def claim_group(self, case_id: str) -> int | None:
+        """The fixed batch a case is generated in: workers sharing the run claim whole batches."""
+        return self._batch_of.get(case_id)
 
     def _produce(self, chunk: list[DdiCase], ctx: CaseContext) -> dict[str, Generated]:
         shares = {case.case_id: Generated() for case in chunk}
@@ -340,6 +345,11 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
     def summarize(self, params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult]) -> RunSummary:
         return summarize_run(params, cases, results)
 
+    def comparison_key(self, params: DdiParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
+        """Case ids are DDI image ids whether the outputs were generated here or imported from a responses file;
+        the task (open-ended or classification, and its label list) must be the same."""
+        return {"task": params.mode, "labels": params.root.labels}
+
     def input_files(self, params: DdiParams) -> dict[str, str]:
         root = params.root
         if isinstance(root, GenerateParams):
@@ -348,6 +358,18 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
         if isinstance(root, ResponsesParams):
             return {"responses": root.responses_file}
         return {}
+
+    def form_defaults(self, settings: Settings, variant: str | None = None) -> dict[str, Any]:
+        """The model stage starts from the protocol: the generation settings of configs/evaluation.json, the
+        open-ended prompts, the DDI folder under the data directory and the vlm role's backend."""
+        if variant != "model":
+            return {}
+        vlm = settings.role("vlm")
+        backend = {"model_backend": vlm.backend, "model": vlm.model, "base_url": vlm.base_url} \
+            if vlm.backend in ("openai", "transformers") else {}
+        return {"source": {"images_dir": str(settings.data_dir / "ddi")},
+                "generation": settings.generation.model_dump(mode="json"),
+                "prompt": open_prompt(settings.prompts_dir).model_dump(mode="json"), **backend}
 
     def models(self, params: DdiParams, settings: Settings) -> dict[str, Callable[[], Any]]:
         root = params.root

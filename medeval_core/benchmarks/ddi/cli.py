@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medeval_core.benchmark import RunSummary
-from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json, print_progress, print_summary
+from medeval_core.cli import (
+    BenchmarkCli,
+    CommandError,
+    CommandGroups,
+    exit_status,
+    print_json,
+    print_progress,
+    print_summary,
+)
 
 if TYPE_CHECKING:
     from medeval_core.runner import Progress, ProgressCallback, RunReport
@@ -158,7 +166,7 @@ class DdiCli(BenchmarkCli):
         else:
             print(file=sys.stderr)
             print_summary(summary, report)
-        return 0
+        return exit_status(report)
 
 
 CLI = DdiCli()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, RootModel
+from pydantic import ConfigDict, Field, RootModel
 
 from medeval_core.backends.vlm import VlmPrompt
 from medeval_core.benchmark import RunParams
@@ -49,6 +49,9 @@ class ResponsesParams(RunParams):
 
 class SessionParams(RunParams):
     """One lesion-page evaluation (a session run): what the model was asked, when a model answered."""
+
+    # Made by the lesion page only: the "New run" form does not offer it.
+    model_config = ConfigDict(json_schema_extra={"launchable": False})
 
     stage: Literal["interactive"] = "interactive"
     mode: Mode = "open"

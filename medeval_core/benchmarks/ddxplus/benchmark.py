@@ -50,7 +50,7 @@ from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParam
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
 from medeval_core.metrics.ddxplus import METRIC_KEYS
-from medeval_core.records import CaseResult, CaseStatus
+from medeval_core.records import CaseResult, CaseStatus, InputFile
 from medeval_core.settings import Settings
 
 SCORER = "ddxplus-metrics"
@@ -197,7 +197,8 @@ def build_params(settings: Settings, patients: str | Path, agent: str, train: st
     described = agent_params_of(built, given)
     # The run asks for its agent by the params it stores (the agent's full settings): the same instance.
     _agents.put(_agent_key(agent, kb_path, train_path, settings, described), built)
-    extra = {key: value for key, value in (("workers", workers), ("repetitions", repetitions)) if value is not None}
+    extra: dict[str, Any] = {key: value for key, value in (("workers", workers), ("repetitions", repetitions))
+                             if value is not None}
     return DDXPlusParams(
         patients=str(Path(patients).resolve()), train=str(Path(train).resolve()) if train is not None else None,
         kb=kb_path, agent=agent, limit=limit, agent_params=described,
@@ -273,16 +274,43 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     Params = DDXPlusParams
     Output = DDXPlusOutput
 
+    def comparison_key(self, params: DDXPlusParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
+        """Patient ids are row numbers of a patients file: two runs share cases only on the same file's contents
+        (agents with other training patients or KB options still question the same patients)."""
+        patients = inputs.get("patients")
+        return {"patients sha256": patients.sha256 if patients else params.patients}
+
+    def prepare_params(self, params: DDXPlusParams, settings: Settings) -> DDXPlusParams:
+        """What ``build_params`` stores: absolute paths, the agent's full settings and its real KB condition."""
+        built = build_params(settings, params.patients, params.agent, train=params.train, kb=params.kb,
+                             limit=params.limit, agent_params=params.agent_params, workers=params.workers,
+                             repetitions=params.repetitions)
+        return built.model_copy(update={"case_ids": params.case_ids})
+
     # Inputs -------------------------------------------------------------------------------------------------
 
     def patient_set(self, params: DDXPlusParams) -> PatientSet:
-        """The planned patients (the file's usable rows, the first ``limit`` of them)."""
+        """The planned patients (the file's usable rows; those of ``case_ids`` in their order; the first ``limit``
+        of them)."""
         patients = patients_at(params.patients, kb_at(params.kb))
         if not len(patients):
             raise BenchmarkError(f"{params.patients} has no usable patient rows: {patients.report.summary()}")
+        if params.case_ids is not None:
+            patients = patients.subset(self._positions(patients, params.case_ids, params.patients))
         if params.limit is not None and params.limit < len(patients):
             patients = patients.subset(np.arange(params.limit))
         return patients
+
+    @staticmethod
+    def _positions(patients: PatientSet, case_ids: Sequence[str], source: str) -> list[int]:
+        by_case = {f"row-{row}": position for row, position in patients.position.items()}
+        unknown = [case_id for case_id in case_ids if case_id not in by_case]
+        if unknown:
+            raise BenchmarkError(f"{source} has no usable patient {', '.join(unknown[:5])}; case ids are row-N for "
+                                 "the file's row N (see a run's per-case table).")
+        if len(set(case_ids)) != len(case_ids):
+            raise BenchmarkError("A case id is listed twice in case_ids; list each patient once.")
+        return [by_case[case_id] for case_id in case_ids]
 
     def input_files(self, params: DDXPlusParams) -> dict[str, str]:
         files = {"patients": params.patients, "kb_evidences": str(Path(params.kb) / EVIDENCES_FILE),

@@ -3,7 +3,7 @@ sessions and processes), tasks, their items and assignments; ``annotations.super
 answer it replaces (answers are appended, never overwritten).
 
 Revision ID: 0006_annotations
-Revises: 0002_kinds_scores_model_calls
+Revises: 0004_model_backends
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006_annotations"
-down_revision = "0002_kinds_scores_model_calls"
+down_revision = "0004_model_backends"
 branch_labels = None
 depends_on = None
 
@@ -24,7 +24,7 @@ def upgrade() -> None:
         sa.Column("passcode_hash", sa.String(), nullable=True),
         sa.Column("is_admin", sa.Boolean(), nullable=False),
         sa.Column("active", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name"),
     )
     op.create_table(
@@ -32,7 +32,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(), nullable=False),
         sa.Column("ok", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_sign_in_attempts_name", "sign_in_attempts", ["name"])
@@ -45,7 +45,7 @@ def upgrade() -> None:
         sa.Column("criteria", sa.JSON(), nullable=False),
         sa.Column("config", sa.JSON(), nullable=False),
         sa.Column("created_by", sa.String(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_table(

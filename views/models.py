@@ -1,0 +1,112 @@
+"""Models: register backends per role (an OpenAI-compatible endpoint or a local Qwen2.5-VL checkpoint), test
+each with one request, and choose the default per role. Stored in the store (never a key); the launcher, the
+lesion page and the walkthroughs use the defaults at once, and MEDEVAL_<ROLE>_* variables still win."""
+
+import pandas as pd
+import streamlit as st
+from pydantic import ValidationError
+
+from medeval_core import registry
+from medeval_core.context import current_settings, current_store
+from medeval_core.endpoints import check_backend
+from medeval_core.errors import StoreError
+from medeval_core.forms import describe_validation_error
+from medeval_core.settings import overriding_variables
+from medeval_core.status import backend_status
+from medeval_core.store import model_backends
+from medeval_core.text import plain_markdown
+
+KINDS = {"openai": "OpenAI-compatible endpoint", "transformers": "Local Qwen2.5-VL checkpoint folder"}
+
+st.title("Models")
+st.caption("Register the model backends each role can use and pick one default per role. Keys are never stored: "
+           "give the name of the environment variable or Streamlit secret that holds the key. A MEDEVAL_<ROLE>_* "
+           "variable set on the server overrides the default chosen here.")
+
+store = current_store()
+settings = current_settings()
+declared = registry.model_roles()
+roles = list(dict.fromkeys([*declared, *settings.roles]))
+
+st.subheader("In use now")
+if notice := st.session_state.pop("models_notice", None):
+    st.success(plain_markdown(notice))
+in_use = {role: backend_status(role, settings.role(role), declared.get(role)) for role in roles}
+st.dataframe(pd.DataFrame([
+    {"role": role, "used by": status.used_by, "backend": status.backend, "model": status.model,
+     "base URL": status.base_url or "", "key variable": status.api_key_env,
+     "key set": status.api_key_set if status.backend == "openai" else None,
+     "set by the environment": ", ".join(overriding_variables(role))}
+    for role, status in in_use.items()]), hide_index=True, width="stretch")
+
+st.subheader("Registered backends")
+backends = model_backends.list_backends(store)
+if not backends:
+    st.info("No backend registered yet: add one below.")
+for backend in backends:
+    with st.container(border=True):
+        left, right = st.columns([3, 2])
+        title = f"{backend.role}: {backend.name}" + (" (default)" if backend.is_default else "")
+        left.markdown(f"**{plain_markdown(title)}**")
+        left.caption(plain_markdown(f"{KINDS[backend.backend]}: {backend.model}"
+                                    + (f" at {backend.base_url}, key in {backend.api_key_env}"
+                                       if backend.base_url else "")))
+        test, default, remove = right.columns(3)
+        if test.button("Test", key=f"test-{backend.id}", help="one cheap request (one output token)"):
+            check = check_backend(backend.role, backend.choice())
+            if check is not None and check.ok:
+                left.success(plain_markdown(check.message()))
+            elif check is not None:
+                left.error(plain_markdown(check.message()))
+        if not backend.is_default and default.button("Make default", key=f"default-{backend.id}"):
+            model_backends.set_default(store, backend.id or 0)
+            st.rerun()
+        if remove.button("Remove", key=f"remove-{backend.id}"):
+            try:
+                model_backends.remove_backend(store, backend.id or 0)
+            except StoreError as exc:
+                st.error(plain_markdown(str(exc)))
+            st.rerun()
+
+st.subheader("Register a backend")
+kind = st.radio("Kind", list(KINDS), format_func=KINDS.get, horizontal=True, key="model_kind")
+with st.form("register_backend", clear_on_submit=False):
+    role = st.selectbox("Role", roles, key="model_role", accept_new_options=True,
+                        help="; ".join(f"{r}: used by {', '.join(b)}" for r, b in declared.items()))
+    name = st.text_input("Name", key="model_name", help="how lists show it, e.g. 'vLLM Qwen2.5-7B on gpu-3'")
+    if kind == "openai":
+        base_url = st.text_input("Base URL", key="model_base_url", placeholder="http://host:8000/v1")
+        model = st.text_input("Model", key="model_model", help="the model name the server serves")
+        api_key_env = st.text_input("Key variable name", key="model_key_env",
+                                    help="the environment variable or Streamlit secret that holds the key "
+                                         "(default MEDEVAL_<ROLE>_API_KEY); never the key itself")
+    else:
+        base_url = ""
+        model = st.text_input("Checkpoint folder", key="model_model",
+                              help="a Qwen2.5-VL checkpoint folder with config.json and *.safetensors")
+        api_key_env = ""
+    make_default = st.checkbox("Make it the role's default", key="model_make_default")
+    test_first = st.checkbox("Test it with one request before saving", value=True, key="model_test_first")
+    submitted = st.form_submit_button("Register", type="primary")
+
+if submitted:
+    try:
+        candidate = model_backends.ModelBackend(role=role or "", name=name.strip(), backend=kind, model=model.strip(),
+                                                base_url=base_url or None, api_key_env=api_key_env,
+                                                is_default=make_default)
+    except ValidationError as exc:
+        st.error(plain_markdown(f"Not registered: {describe_validation_error(exc)}"))
+    else:
+        check = check_backend(candidate.role, candidate.choice()) if test_first else None
+        if check is not None and not check.ok:
+            st.error(plain_markdown(f"Not registered: {check.message()}"))
+        else:
+            try:
+                saved = model_backends.register_backend(store, candidate)
+            except StoreError as exc:
+                st.error(plain_markdown(str(exc)))
+            else:
+                st.session_state["models_notice"] = (
+                    f"Registered {saved.name} for {saved.role}" + (" as its default." if saved.is_default else ".")
+                    + (f" {check.message()}" if check is not None else ""))
+                st.rerun()

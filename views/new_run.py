@@ -1,0 +1,111 @@
+"""New run: a benchmark's form (built from its Params), the plan with settings hash and work estimate, the
+endpoint checks, and the launch into a worker process that outlives this page."""
+
+import json
+
+import streamlit as st
+
+from medeval_core import launch
+from medeval_core.catalog import RUNS
+from medeval_core.context import current_settings, current_store
+from medeval_core.forms import FieldSpec
+from medeval_core.settings import SettingsError
+from medeval_core.text import plain_markdown
+
+st.title("New run")
+st.caption("Choose a benchmark and its parameters. The run is checked and estimated before anything starts; it then "
+           "runs in its own worker process, so closing or reloading this page does not stop it.")
+
+try:
+    settings = current_settings()
+except SettingsError as exc:
+    st.error(plain_markdown(f"Settings could not be loaded: {exc}"))
+    st.stop()
+
+benchmarks = launch.launchable_benchmarks()
+benchmark = st.selectbox("Benchmark", list(benchmarks), format_func=benchmarks.get, key="launch_benchmark")
+variants = launch.variants(benchmark)
+variant = st.radio("Kind of run", variants, horizontal=True, key=f"launch_variant_{benchmark}") if variants else None
+specs = launch.form(benchmark, settings, variant)
+
+
+def widget(spec: FieldSpec, key: str) -> object:
+    """The widget for one field; an optional field starts empty ("not set")."""
+    label = spec.label + (" (optional)" if spec.optional else "")
+    help_text = spec.help or None
+    if spec.kind == "boolean":
+        return st.checkbox(label, value=bool(spec.default), help=help_text, key=key)
+    if spec.kind in ("integer", "number"):
+        integer = spec.kind == "integer"
+        cast = int if integer else float
+        return st.number_input(
+            label, help=help_text, key=key, step=1 if integer else None,
+            min_value=cast(spec.minimum) if spec.minimum is not None else None,
+            max_value=cast(spec.maximum) if spec.maximum is not None else None,
+            value=cast(spec.default) if spec.default is not None else None,
+        )
+    if spec.kind == "choice":
+        index = spec.choices.index(str(spec.default)) if spec.default in spec.choices else 0
+        return st.selectbox(label, spec.choices, index=index, help=help_text, key=key)
+    if spec.kind == "json":
+        return st.text_area(label, value=json.dumps(spec.default) if spec.default is not None else "",
+                            help=(help_text or "") + " (JSON)", key=key, height=80)
+    if spec.suggestions:
+        index = spec.suggestions.index(spec.default) if spec.default in spec.suggestions else None
+        return st.selectbox(label, spec.suggestions, index=index, help=help_text, key=key, accept_new_options=True,
+                            placeholder="not set" if spec.optional else "type a value")
+    return st.text_input(label, value=str(spec.default or ""), help=help_text, key=key)
+
+
+with st.form(f"launch_form_{benchmark}_{variant}"):
+    values = {spec.name: widget(spec, f"field_{benchmark}_{variant}_{spec.name}") for spec in specs}
+    roles = {}
+    for offered in launch.role_choices(benchmark, settings, current_store()):
+        picked = st.selectbox(
+            f"Model for the {offered.role} role", offered.options, format_func=lambda option: option.label,
+            key=f"role_{benchmark}_{offered.role}", disabled=bool(offered.fixed_by),
+            help=(f"set on the server by {', '.join(offered.fixed_by)}, which wins" if offered.fixed_by else
+                  "register more on the Models page; the run keeps its choice when resumed"))
+        roles[offered.role] = picked.choice
+    label = st.text_input("Run label", help="shown in run lists and plot legends", key=f"label_{benchmark}")
+    checked = st.form_submit_button("Check parameters", type="secondary")
+
+if checked:
+    st.session_state.pop("launch_plan", None)
+    with st.spinner("Validating the parameters and counting the cases..."):
+        try:
+            st.session_state["launch_plan"] = (launch.plan(benchmark, values, settings, variant, roles), label)
+        except launch.LaunchError as exc:
+            st.error(plain_markdown(f"Not launched: {exc}"))
+
+planned = st.session_state.get("launch_plan")
+if planned is not None and planned[0].benchmark == benchmark and planned[0].variant == variant:
+    plan, plan_label = planned
+    estimate = plan.estimate
+    st.subheader("Plan")
+    left, middle, right = st.columns(3)
+    left.metric("Cases", estimate.cases)
+    middle.metric("Case runs (cases x repetitions)", estimate.case_runs)
+    right.metric("Model calls (at least)", estimate.min_model_calls,
+                 help="one per case run and model role; a dialogue makes one per turn")
+    st.caption(plain_markdown(f"Settings hash {plan.settings_hash}. Model roles checked before the launch: "
+                              f"{', '.join(estimate.model_roles) or 'none (offline)'}."))
+    with st.expander("Parameters and effective settings"):
+        st.json({"params": plan.params, "settings": plan.settings}, expanded=False)
+    if st.button("Launch", type="primary", key="launch_button"):
+        with st.spinner("Checking the endpoints and starting the worker..."):
+            try:
+                launched = launch.launch(plan, settings, label=plan_label)
+            except launch.LaunchError as exc:
+                st.error(plain_markdown(f"Not launched: {exc}"))
+            else:
+                st.session_state.pop("launch_plan", None)
+                st.session_state["run_selected"] = launched.run_id
+                st.session_state["launched_run"] = launched.run_id
+                for check in launched.checks:
+                    st.caption(plain_markdown(check.message()))
+                st.success(plain_markdown(f"Launched run {launched.run_id} (worker pid {launched.pid})."))
+
+if st.session_state.get("launched_run") and st.button("Watch it on the Batch runs page",
+                                                     icon=":material/monitoring:"):
+    st.switch_page(RUNS.path)
