@@ -11,10 +11,10 @@ from medeval_core.context import current_settings, current_store
 from medeval_core.endpoints import check_backend
 from medeval_core.errors import StoreError
 from medeval_core.forms import describe_validation_error
+from medeval_core.plaintext import literal
 from medeval_core.settings import overriding_variables
 from medeval_core.status import backend_status
 from medeval_core.store import model_backends
-from medeval_core.text import plain_markdown
 
 KINDS = {"openai": "OpenAI-compatible endpoint", "transformers": "Local Qwen2.5-VL checkpoint folder"}
 
@@ -30,7 +30,7 @@ roles = list(dict.fromkeys([*declared, *settings.roles]))
 
 st.subheader("In use now")
 if notice := st.session_state.pop("models_notice", None):
-    st.success(plain_markdown(notice))
+    st.success(literal(notice))
 in_use = {role: backend_status(role, settings.role(role), declared.get(role)) for role in roles}
 st.dataframe(pd.DataFrame([
     {"role": role, "used by": status.used_by, "backend": status.backend, "model": status.model,
@@ -47,17 +47,17 @@ for backend in backends:
     with st.container(border=True):
         left, right = st.columns([3, 2])
         title = f"{backend.role}: {backend.name}" + (" (default)" if backend.is_default else "")
-        left.markdown(f"**{plain_markdown(title)}**")
-        left.caption(plain_markdown(f"{KINDS[backend.backend]}: {backend.model}"
+        left.markdown(f"**{literal(title)}**")
+        left.caption(literal(f"{KINDS[backend.backend]}: {backend.model}"
                                     + (f" at {backend.base_url}, key in {backend.api_key_env}"
                                        if backend.base_url else "")))
         test, default, remove = right.columns(3)
         if test.button("Test", key=f"test-{backend.id}", help="one cheap request (one output token)"):
             check = check_backend(backend.role, backend.choice())
             if check is not None and check.ok:
-                left.success(plain_markdown(check.message()))
+                left.success(literal(check.message()))
             elif check is not None:
-                left.error(plain_markdown(check.message()))
+                left.error(literal(check.message()))
         if not backend.is_default and default.button("Make default", key=f"default-{backend.id}"):
             model_backends.set_default(store, backend.id or 0)
             st.rerun()
@@ -65,7 +65,7 @@ for backend in backends:
             try:
                 model_backends.remove_backend(store, backend.id or 0)
             except StoreError as exc:
-                st.error(plain_markdown(str(exc)))
+                st.error(literal(str(exc)))
             st.rerun()
 
 st.subheader("Register a backend")
@@ -95,16 +95,16 @@ if submitted:
                                                 base_url=base_url or None, api_key_env=api_key_env,
                                                 is_default=make_default)
     except ValidationError as exc:
-        st.error(plain_markdown(f"Not registered: {describe_validation_error(exc)}"))
+        st.error(literal(f"Not registered: {describe_validation_error(exc)}"))
     else:
         check = check_backend(candidate.role, candidate.choice()) if test_first else None
         if check is not None and not check.ok:
-            st.error(plain_markdown(f"Not registered: {check.message()}"))
+            st.error(literal(f"Not registered: {check.message()}"))
         else:
             try:
                 saved = model_backends.register_backend(store, candidate)
             except StoreError as exc:
-                st.error(plain_markdown(str(exc)))
+                st.error(literal(str(exc)))
             else:
                 st.session_state["models_notice"] = (
                     f"Registered {saved.name} for {saved.role}" + (" as its default." if saved.is_default else ".")

@@ -9,8 +9,8 @@ from medeval_core import launch
 from medeval_core.catalog import RUNS
 from medeval_core.context import current_settings, current_store
 from medeval_core.forms import FieldSpec
+from medeval_core.plaintext import literal
 from medeval_core.settings import SettingsError
-from medeval_core.text import plain_markdown
 
 st.title("New run")
 st.caption("Choose a benchmark and its parameters. The run is checked and estimated before anything starts; it then "
@@ -19,7 +19,7 @@ st.caption("Choose a benchmark and its parameters. The run is checked and estima
 try:
     settings = current_settings()
 except SettingsError as exc:
-    st.error(plain_markdown(f"Settings could not be loaded: {exc}"))
+    st.error(literal(f"Settings could not be loaded: {exc}"))
     st.stop()
 
 benchmarks = launch.launchable_benchmarks()
@@ -76,7 +76,7 @@ if checked:
         try:
             st.session_state["launch_plan"] = (launch.plan(benchmark, values, settings, variant, roles), label)
         except launch.LaunchError as exc:
-            st.error(plain_markdown(f"Not launched: {exc}"))
+            st.error(literal(f"Not launched: {exc}"))
 
 planned = st.session_state.get("launch_plan")
 if planned is not None and planned[0].benchmark == benchmark and planned[0].variant == variant:
@@ -88,7 +88,7 @@ if planned is not None and planned[0].benchmark == benchmark and planned[0].vari
     middle.metric("Case runs (cases x repetitions)", estimate.case_runs)
     right.metric("Model calls (at least)", estimate.min_model_calls,
                  help="one per case run and model role; a dialogue makes one per turn")
-    st.caption(plain_markdown(f"Settings hash {plan.settings_hash}. Model roles checked before the launch: "
+    st.caption(literal(f"Settings hash {plan.settings_hash}. Model roles checked before the launch: "
                               f"{', '.join(estimate.model_roles) or 'none (offline)'}."))
     with st.expander("Parameters and effective settings"):
         st.json({"params": plan.params, "settings": plan.settings}, expanded=False)
@@ -97,14 +97,14 @@ if planned is not None and planned[0].benchmark == benchmark and planned[0].vari
             try:
                 launched = launch.launch(plan, settings, label=plan_label)
             except launch.LaunchError as exc:
-                st.error(plain_markdown(f"Not launched: {exc}"))
+                st.error(literal(f"Not launched: {exc}"))
             else:
                 st.session_state.pop("launch_plan", None)
                 st.session_state["run_selected"] = launched.run_id
                 st.session_state["launched_run"] = launched.run_id
                 for check in launched.checks:
-                    st.caption(plain_markdown(check.message()))
-                st.success(plain_markdown(f"Launched run {launched.run_id} (worker pid {launched.pid})."))
+                    st.caption(literal(check.message()))
+                st.success(literal(f"Launched run {launched.run_id} (worker pid {launched.pid})."))
 
 if st.session_state.get("launched_run") and st.button("Watch it on the Batch runs page",
                                                      icon=":material/monitoring:"):

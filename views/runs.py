@@ -14,9 +14,9 @@ from medeval_core.catalog import NEW_RUN
 from medeval_core.compare import RunComparison, run_comparison, run_summaries
 from medeval_core.context import current_settings, current_store
 from medeval_core.errors import StoreError
+from medeval_core.plaintext import literal
 from medeval_core.records import RunKind
 from medeval_core.reports import run_report_html
-from medeval_core.text import plain_markdown
 
 STATUS_FILTERS = {"all": None, "finished": "ok", "failed": "failed"}
 
@@ -24,7 +24,7 @@ STATUS_FILTERS = {"all": None, "finished": "ok", "failed": "failed"}
 def show_summary(summary: RunSummary) -> None:
     """Any benchmark's RunSummary, one code path: counts, headline metrics, groups as tables, reference rows."""
     counts = summary.counts
-    st.caption(plain_markdown(f"{summary.title or summary.benchmark}: expected {counts.expected}, done "
+    st.caption(literal(f"{summary.title or summary.benchmark}: expected {counts.expected}, done "
                               f"{counts.done}, failed {counts.failed}, pending {counts.pending}"))
     if not counts.done:
         st.warning("No case finished, so no metric is shown.")
@@ -45,7 +45,7 @@ def show_summary(summary: RunSummary) -> None:
         reference = pd.DataFrame([{"row": r.label, **r.values, "source": r.source} for r in summary.reference])
         st.dataframe(reference.astype(object).where(reference.notna(), ""), hide_index=True, width="stretch")
     for note in summary.notes:
-        st.info(plain_markdown(note))
+        st.info(literal(note))
 
 
 def show_case(run_id: str, case_id: str, repetition: int) -> None:
@@ -55,17 +55,17 @@ def show_case(run_id: str, case_id: str, repetition: int) -> None:
         st.info("This case has no stored result yet.")
         return
     result = detail.result
-    st.caption(plain_markdown(f"Case {case_id}, repetition {repetition}: {result.status.value}"
+    st.caption(literal(f"Case {case_id}, repetition {repetition}: {result.status.value}"
                               + (f"; error: {result.error}" if result.error else "")))
     if detail.image_path:
-        st.image(detail.image_path, caption=plain_markdown(detail.image_path), width=320)
+        st.image(detail.image_path, caption=literal(detail.image_path), width=320)
     if detail.turns:
         st.markdown(f"**Dialogue** ({len(detail.turns)} turns, total cost {detail.total_cost:,.2f})")
         st.dataframe(pd.DataFrame([t.model_dump() for t in detail.turns]), hide_index=True, width="stretch")
     st.markdown("**Model output**")
     text_fields = {k: v for k, v in result.output.items() if isinstance(v, str) and len(v) > 80}
     for name, text in text_fields.items():
-        st.caption(plain_markdown(name))
+        st.caption(literal(name))
         st.text(text)
     st.json({k: v for k, v in result.output.items() if k not in text_fields}, expanded=False)
     if result.metrics:
@@ -140,24 +140,24 @@ def live_section() -> None:
     else:
         st.write(f"{overview.state}: {overview.done} done, {overview.failed} failed")
     if overview.source_run_id:
-        st.caption(plain_markdown(f"Scores the outputs of run {overview.source_run_id}."))
+        st.caption(literal(f"Scores the outputs of run {overview.source_run_id}."))
     if overview.error:
-        st.error(plain_markdown(f"The run stopped with an error: {overview.error}. Fix the cause, then resume it."))
+        st.error(literal(f"The run stopped with an error: {overview.error}. Fix the cause, then resume it."))
     left, right = st.columns(2)
     if overview.resumable and left.button("Resume", key=f"resume-{selected}",
                                           help="Starts a worker: finished cases are kept; failed and pending ones "
                                                "run again."):
         try:
             pid = workers.start_worker(current_settings(), selected)
-            st.toast(plain_markdown(f"Resuming {selected} (worker pid {pid})."))
+            st.toast(literal(f"Resuming {selected} (worker pid {pid})."))
         except (StoreError, BenchmarkError) as exc:
-            st.error(plain_markdown(f"This run cannot be resumed here: {exc}"))
+            st.error(literal(f"This run cannot be resumed here: {exc}"))
     if overview.cancellable and right.button("Cancel", key=f"cancel-{selected}",
                                              help="Stops after the cases in flight; they are saved."):
         try:
             store.request_cancel(selected)
         except StoreError as exc:
-            st.error(plain_markdown(str(exc)))
+            st.error(literal(str(exc)))
 
     summary = snapshot.summary
     if summary is not None:
@@ -266,7 +266,7 @@ else:
         try:
             comparison = run_comparison(store, run_a, run_b)  # cached per result stamp of both runs
         except BenchmarkError as exc:
-            st.info(plain_markdown(str(exc)))
+            st.info(literal(str(exc)))
         else:
             show_comparison(run_a, run_b, comparison)
 
@@ -287,4 +287,4 @@ else:
         if case:
             show_case(reopened, case[0].case_id, case[0].repetition)
         else:
-            st.info(plain_markdown(f"Session {row.run_id} has no finished step yet; continue it on its page."))
+            st.info(literal(f"Session {row.run_id} has no finished step yet; continue it on its page."))
