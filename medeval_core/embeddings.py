@@ -54,7 +54,8 @@ def encode(texts: Sequence[str]) -> np.ndarray:
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
     with _encode_lock:
-        vectors = _encoder().encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
+        vectors = _encoder().encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, batch_size=64,
+                                   show_progress_bar=False)
     return np.asarray(vectors, dtype=np.float32)
 
 
