@@ -10,7 +10,13 @@ from typing import Any
 
 from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, RunCounts, RunSummary, Score, Scorer
 from medeval_core.benchmarks.dynamicare import SPEC
-from medeval_core.benchmarks.dynamicare.cases import PatientRecord, RecordFileError, RecordSet, load_records
+from medeval_core.benchmarks.dynamicare.cases import (
+    PatientRecord,
+    RecordFileError,
+    RecordSet,
+    load_agentclinic,
+    load_records,
+)
 from medeval_core.benchmarks.dynamicare.doctors import (
     ActionFileError,
     Doctor,
@@ -90,6 +96,8 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
 
     def _load(self, params: DynamicareParams) -> RecordSet:
         try:
+            if params.cases_format == "agentclinic":
+                return load_agentclinic(Path(params.cases), make_mapper("exact"), limit=params.limit)
             return load_records(params.cases, limit=params.limit)
         except RecordFileError as exc:
             raise BenchmarkError(str(exc)) from None
@@ -105,6 +113,9 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
 
     def solver(self, params: DynamicareParams, settings: Settings,
                todo: Sequence[PatientRecord]) -> DynamicareSolver:
+        if params.doctor == "person":
+            raise BenchmarkError("The person doctor acts on the open-diagnosis walkthrough page; a batch run needs "
+                                 "--doctor llm, team or replay.")
         actions = None
         if params.doctor == "replay":
             if not params.actions:

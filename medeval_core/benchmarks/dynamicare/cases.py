@@ -182,22 +182,74 @@ def agentclinic_record(raw: Any, case_id: str, mapper: Icd9Mapper) -> tuple[dict
     actor = exam.get("Patient_Actor")
     if not isinstance(diagnosis, str) or not diagnosis.strip() or not isinstance(actor, dict):
         raise ValueError("the case lacks Correct_Diagnosis or Patient_Actor")
-    symptoms = actor.get("Symptoms") if isinstance(actor.get("Symptoms"), dict) else {}
-    primary = str(symptoms.get("Primary_Symptom", "")).strip() if symptoms else ""
-    demographics = str(actor.get("Demographics", "")).strip()
-    complaint = ", ".join(part for part in (demographics, primary.lower() if primary else "") if part)
     mapping = mapper.map(diagnosis)
     if mapping.code is None:
         raise ValueError(f"Correct_Diagnosis {diagnosis!r} maps to no ICD-9 code ({mapping.note})")
     record = {key: exam[key] for key in ("Patient_Actor", "Physical_Examination_Findings", "Test_Results")
               if key in exam}
-    line = {"case_id": case_id, "source": "agentclinic", "chief_complaint": complaint or "a new patient",
+    line = {"case_id": case_id, "source": "agentclinic", "chief_complaint": complaint_of(raw),
             "record": record, "diagnosis": diagnosis.strip(),
             "icd9": [{"code": display_code(mapping.code), "name": mapping.description,
                       "confidence": mapping.confidence, "method": mapping.method}]}
     made = {"case_id": case_id, "diagnosis": diagnosis.strip(), "code": display_code(mapping.code),
             "description": mapping.description, "confidence": mapping.confidence, "method": mapping.method}
     return line, made
+
+
+def agentclinic_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, case) of every JSON line of an AgentClinic file, for picking a case before mapping it."""
+    try:
+        rows = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordFileError(f"Cannot read {path} ({exc}); give an AgentClinic JSON Lines file.") from None
+    found = []
+    for number, text in enumerate(rows, start=1):
+        if text.strip():
+            try:
+                found.append((number, json.loads(text)))
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def agentclinic_case(path: Path, line: int, mapper: Icd9Mapper) -> PatientRecord:
+    """One AgentClinic case as a record (its diagnosis mapped now), by its line number."""
+    for number, raw in agentclinic_lines(path):
+        if number == line:
+            try:
+                record, _ = agentclinic_record(raw, f"agentclinic-{path.stem}-{line}", mapper)
+                return parse_record(record, source=path.name)
+            except ValueError as exc:
+                raise RecordFileError(f"{path.name} line {line}: {exc}.") from None
+    raise RecordFileError(f"{path.name} has no case on line {line}.")
+
+
+def load_agentclinic(path: Path, mapper: Icd9Mapper, limit: int | None = None) -> RecordSet:
+    """An AgentClinic file read as records directly (each diagnosis mapped now), cases that cannot be mapped
+    reported by line."""
+    records: list[PatientRecord] = []
+    skipped: list[SkippedRecord] = []
+    for number, raw in agentclinic_lines(path):
+        try:
+            line, _ = agentclinic_record(raw, f"agentclinic-{path.stem}-{number}", mapper)
+            records.append(parse_record(line, source=path.name))
+        except ValueError as exc:
+            skipped.append(SkippedRecord(line=number, reason=str(exc)))
+        if limit is not None and len(records) >= limit:
+            break
+    if not records:
+        raise RecordFileError(f"{path} has no AgentClinic case that could be used.")
+    return RecordSet(path=str(path), records=records, skipped=skipped)
+
+
+def complaint_of(raw: Any) -> str:
+    """The chief complaint of an AgentClinic case as the doctor sees it (no mapping needed)."""
+    exam = raw.get("OSCE_Examination", {}) if isinstance(raw, dict) else {}
+    actor = exam.get("Patient_Actor", {}) if isinstance(exam, dict) else {}
+    symptoms = actor.get("Symptoms", {}) if isinstance(actor, dict) else {}
+    primary = str(symptoms.get("Primary_Symptom", "")).strip() if isinstance(symptoms, dict) else ""
+    demographics = str(actor.get("Demographics", "")).strip() if isinstance(actor, dict) else ""
+    return ", ".join(part for part in (demographics, primary.lower()) if part) or "a new patient"
 
 
 def import_agentclinic(sources: list[tuple[str, Path]], out: Path, mapper: Icd9Mapper) -> ImportReport:

@@ -14,7 +14,10 @@ from medeval_core.benchmarks.dynamicare.patients import DEFAULT_MAX_FIELDS, DEFA
 
 class DynamicareParams(RunParams):
     cases: str = Field(description="records JSON Lines (absolute path)")
-    doctor: Literal["llm", "team", "replay"] = Field(description="llm, the DynamiCare team, or replay")
+    cases_format: Literal["records", "agentclinic"] = Field(
+        default="records", description="records, or an AgentClinic file read directly (diagnoses mapped at load)")
+    doctor: Literal["llm", "team", "replay", "person"] = Field(
+        description="llm, the DynamiCare team, replay, or the person at the walkthrough page")
     actions: str | None = Field(default=None, description="replay: JSON Lines of actions per case")
     patient: Literal["offline", "llm"] = Field(default="offline", description="patient simulator")
     max_questions: int = Field(default=DEFAULT_MAX_QUESTIONS, ge=0, le=100, description="question budget")

@@ -119,6 +119,9 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
         return files
 
     def solver(self, params: MediqParams, settings: Settings, todo: Sequence[MediqCase]) -> MediqSolver:
+        if params.expert == "person":
+            raise BenchmarkError("The person expert acts on the MEDIQ walkthrough page; a batch run needs --expert "
+                                 "llm or replay.")
         actions = None
         if params.expert == "replay":
             if not params.actions:

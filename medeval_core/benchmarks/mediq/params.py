@@ -14,7 +14,8 @@ from medeval_core.benchmarks.mediq.patients import DEFAULT_MAX_FACTS, DEFAULT_TH
 
 class MediqParams(RunParams):
     cases: str = Field(description="MEDIQ JSON Lines file (absolute path)")
-    expert: Literal["llm", "replay"] = Field(description="llm, or replay of --actions")
+    expert: Literal["llm", "replay", "person"] = Field(description="llm, replay of --actions, or the person at "
+                                                                   "the walkthrough page")
     actions: str | None = Field(default=None, description="replay: JSON Lines of actions per case")
     patient: Literal["offline", "llm"] = Field(default="offline", description="patient system")
     max_questions: int = Field(default=DEFAULT_MAX_QUESTIONS, ge=0, le=100, description="question budget")

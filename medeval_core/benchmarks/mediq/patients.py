@@ -6,8 +6,6 @@
   expert the answer), and nothing but this case's facts can come out.
 - ``LLMPatient``: a chat model picks the facts that answer and phrases them in the first person; no fact, the
   refusal.
-- ``RecordedPatient``: stored answers played back in order (a reloaded walkthrough rebuilds its state without
-  asking a model again).
 
 Every answer carries the facts it used (0-based positions in ``case.facts``), stored with the turn.
 """
@@ -15,8 +13,6 @@ Every answer carries the facts it used (0-based positions in ``case.facts``), st
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -129,27 +125,3 @@ class LLMPatient:
 
     def describe(self) -> dict[str, Any]:
         return {"patient": self.name, **self.backend.describe(), "prompt_version": PATIENT_PROMPT_VERSION}
-
-
-class RecordedPatient:
-    """Stored answers in the order they were given; a question past them is an error."""
-
-    name = "recorded"
-
-    def __init__(self, answers: Sequence[PatientAnswer]) -> None:
-        self._answers = list(answers)
-        self._lock = threading.Lock()
-
-    def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer:
-        with self._lock:
-            if not self._answers:
-                raise RuntimeError("No stored answer is left to replay.")
-            return self._answers.pop(0)
-
-    def describe(self) -> dict[str, Any]:
-        return {"patient": self.name}
-
-
-def answer_of(payload: Mapping[str, Any]) -> PatientAnswer:
-    """The patient's answer stored in a question turn's payload."""
-    return PatientAnswer.model_validate(payload["reply"])
