@@ -25,6 +25,10 @@ DEFAULT_MAX_FIELDS = 2
 PROMPT_VERSION = "dynamicare-patient-v1"
 
 
+def _sentence(label: str, text: str) -> str:
+    return f"{label}: {text}" if text.endswith((".", "!", "?")) else f"{label}: {text}."
+
+
 class RecordRetrievalPatient:
     name = "offline"
 
@@ -43,7 +47,7 @@ class RecordRetrievalPatient:
         if not matches:
             return PatientAnswer(text=UNKNOWN, refused=True)
         chosen = sorted(matches, key=lambda match: match.index)
-        return PatientAnswer(text=" ".join(f"{self.fields[m.index][0]}: {self.fields[m.index][1]}." for m in chosen),
+        return PatientAnswer(text=" ".join(_sentence(*self.fields[m.index]) for m in chosen),
                              facts=[m.index for m in chosen], similarities=[round(m.similarity, 4) for m in chosen])
 
     def describe(self) -> dict[str, Any]:
