@@ -49,6 +49,13 @@ ICD9_WORDING = {
 }
 # A qualifier after these words names what a description excludes ("Megacolon, other than Hirschsprung's").
 _EXCLUDING = re.compile(r"\b(?:other than|except|excluding|without (?:mention|diagnosis) of)\b.*$", re.IGNORECASE)
+# Words that make a description a narrower situation than a name that does not say them ("Secondary malignant
+# neoplasm of lung" for "lung cancer", "Puerperal endometritis" for "endometritis"): such a candidate comes after
+# those that add none.
+UNSTATED_QUALIFIERS = frozenset({
+    "secondary", "screening", "history", "puerperal", "postpartum", "pregnancy", "childbirth", "newborn", "fetal",
+    "perinatal", "postablative", "late", "effect", "complicating", "encounter", "admission", "observation",
+})
 # Same stem, another disease: endometr-itis is not endometr-iosis.
 _DISEASE_SUFFIXES = ("itis", "osis", "oma", "emia", "pathy", "algia", "ectomy", "plasia", "trophy")
 CACHE_DIR = DEFAULT_VAR_DIR / "cache"
@@ -215,6 +222,8 @@ class Candidate(BaseModel):
     coverage: float
     precision: float
     """The share of the description's content words found in the name (fewer extra qualifiers score higher)."""
+    unstated: int = 0
+    """How many ``UNSTATED_QUALIFIERS`` the description adds to the name."""
 
 
 class Icd9Mapping(BaseModel):
@@ -239,13 +248,14 @@ Chooser = Callable[[str, list[Candidate]], tuple[Candidate | None, float, str]]
 
 
 def choose_exact(text: str, shortlist: list[Candidate]) -> tuple[Candidate | None, float, str]:
-    """The candidate that covers the name's words best, then the one adding the fewest words of its own; ties go
+    """The candidate that covers the name's words best, then the one adding no unstated qualifier (secondary,
+    puerperal, screening...), then the one adding the fewest words of its own; ties go
     to the higher similarity, then to the less specific (shorter) code. Confidence: the mean of its coverage and
     its similarity."""
     if not shortlist:
         return None, 0.0, "no description is near enough"
-    best = max(shortlist, key=lambda c: (round(c.coverage, 3), round(c.precision, 3), round(c.similarity, 3),
-                                         -len(c.code)))
+    best = max(shortlist, key=lambda c: (round(c.coverage, 3), -c.unstated, round(c.precision, 3),
+                                         round(c.similarity, 3), -len(c.code)))
     return best, round((best.coverage + max(best.similarity, 0.0)) / 2, 4), ""
 
 
@@ -273,7 +283,9 @@ class Icd9Mapper:
             included = words(_EXCLUDING.sub("", entry.description))
             kept.append(Candidate(code=entry.code, description=entry.description, similarity=match.similarity,
                                   coverage=coverage(query_words, included),
-                                  precision=coverage(included, query_words)))
+                                  precision=coverage(included, query_words),
+                                  unstated=len(UNSTATED_QUALIFIERS.intersection(description_words)
+                                               - set(query_words))))
             if len(kept) == self.shortlist_size:
                 break
         return kept
