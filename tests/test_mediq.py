@@ -81,7 +81,7 @@ def test_bad_rows_are_reported_with_their_line(tmp_path, imedqa):
 
 def test_offline_patient_answers_only_with_its_own_facts_or_refuses(imedqa, craft):
     every_fact = {fact for loaded in (imedqa, craft) for case in loaded.cases for fact in case.facts}
-    for case in [*imedqa.cases[:25], *craft.cases[:15]]:
+    for case in [*imedqa.cases[:20], *craft.cases[:10]]:
         patient = FactSelectPatient(case)
         own = set(case.facts)
         for question in [*QUESTIONS, case.question, case.correct_option, f"Is it {case.correct_option}?"]:
@@ -279,3 +279,32 @@ def test_mediq_result_files_are_scored_on_the_same_scorer(tmp_path, imedqa, isol
     path.write_text(path.read_text() + json.dumps(lines[0]) + "\n", encoding="utf-8")
     refused = _cli("score", "mediq", "--results", str(path), env_db=isolated_store)
     assert refused.returncode == 2 and "line 5: case 3 is scored on an earlier line" in refused.stderr
+
+
+def test_llm_roles_are_bound_from_the_settings_and_kept_for_a_resume(imedqa, monkeypatch):
+    def respond(request: RecordedRequest) -> Reply:
+        if "You are a patient" in request.text():
+            return Reply(content=json.dumps({"facts": [1], "answer": "I am 37."}))
+        return expert_server("scale")(request)
+
+    with FakeOpenAI(respond) as server:
+        for role in ("EXPERT", "PATIENT"):
+            monkeypatch.setenv(f"MEDEVAL_{role}_BASE_URL", server.url)
+            monkeypatch.setenv(f"MEDEVAL_{role}_MODEL", f"fake-{role.lower()}")
+        from medeval_core import context as medeval_context
+
+        medeval_context.reset()
+        settings, store = current_settings(), current_store()
+        params = build_params(settings, imedqa.path, "llm", patient="llm", limit=2)
+        assert params.models == {"expert": {"base_url": server.url, "model": "fake-expert"},
+                                 "patient": {"base_url": server.url, "model": "fake-patient"}}
+        report = service.launch("mediq", params, settings, store)
+        models = {body["model"] for body in (r.body for r in server.chat_requests())}
+    summary = service.stored_summary(store, report.run_id)
+    assert summary.counts.done == 2 and summary.metric("accuracy without asking") is not None
+    assert models == {"fake-expert", "fake-patient"}
+    assert store.turns(report.run_id, "3")[1].payload["text"] == "I am 37."
+    monkeypatch.delenv("MEDEVAL_EXPERT_BASE_URL")
+    medeval_context.reset()
+    with pytest.raises(Exception, match="No expert model is configured"):
+        build_params(current_settings(), imedqa.path, "llm")
