@@ -12,16 +12,19 @@ an option now (at the question budget, and for the no-asking baseline on the ini
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from medeval_core.backends.chat import ChatBackend, Message, ask_until_valid, json_object
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.mediq.cases import OPTION_LETTERS
 from medeval_core.prompts import fill, load_prompt
+from medeval_core.replay import ActionFileError, load_replay
+
+__all__ = ["ActionFileError", "Decision", "Expert", "ExpertError", "ExpertView", "LLMExpert", "ReplayExpert",
+           "ReplayLine", "load_actions"]
 
 Abstention = Literal["fixed", "binary", "scale"]
 ABSTENTIONS: tuple[Abstention, ...] = ("fixed", "binary", "scale")
@@ -161,42 +164,21 @@ class ReplayLine(BaseModel):
     initial_choice: str | None = None
 
 
-class ActionFileError(ValueError):
-    """The replay file cannot be used; the message names the line and the problem."""
+def _check_line(item: ReplayLine) -> None:
+    for action in item.actions:
+        if action.kind == "question" and not action.text.strip():
+            raise ValueError("a question action needs its text")
+        if action.kind == "choice":
+            _option(action.option)
+    if item.initial_choice is not None:
+        _option(item.initial_choice)
 
 
 def load_actions(path: str | Path) -> dict[str, ReplayLine]:
     """Replay actions by case id; every line is validated (a question needs text, a choice one of A-D)."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ActionFileError(f"Cannot read the actions file {path} ({exc}); give a JSON Lines file.") from None
-    found: dict[str, ReplayLine] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            if isinstance(raw, dict) and isinstance(raw.get("case_id"), int):
-                raw["case_id"] = str(raw["case_id"])
-            item = ReplayLine.model_validate(raw)
-            for action in item.actions:
-                if action.kind == "question" and not action.text.strip():
-                    raise ValueError("a question action needs its text")
-                if action.kind == "choice":
-                    _option(action.option)
-            if item.initial_choice is not None:
-                _option(item.initial_choice)
-        except (json.JSONDecodeError, ValidationError, ValueError) as exc:
-            message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-            raise ActionFileError(f"{path} line {number}: {message}; each line is "
-                                  '{"case_id": ..., "actions": [{"kind": "question", "text": ...} | '
-                                  '{"kind": "choice", "option": "C"}]}.') from None
-        if item.case_id in found:
-            raise ActionFileError(f"{path} line {number}: case {item.case_id} has actions on an earlier line.")
-        found[item.case_id] = item
-    return found
+    return load_replay(path, ReplayLine, _check_line,
+                       '{"case_id": ..., "actions": [{"kind": "question", "text": ...} | '
+                       '{"kind": "choice", "option": "C"}]}')
 
 
 class ReplayExpert:
