@@ -268,3 +268,25 @@ def test_open_diagnosis_page_maps_corrects_and_scores():
     (result,) = context.current_store().results(walk_id)
     first = result.output["diagnoses"][0]
     assert (first["code"], first["method"]) == ("35800", "corrected") and result.output["num_questions"] == 1
+
+
+def test_import_records_validates_your_own_records(tmp_path, isolated_store):
+    source = tmp_path / "mimic.jsonl"
+    source.write_text(json.dumps(RECORD) + "\n" + json.dumps({**RECORD, "case_id": "p-9", "icd9": ["12345.6"]})
+                      + "\n", encoding="utf-8")
+    out = tmp_path / "checked.jsonl"
+    env = {**os.environ, "MEDEVAL_DB_URL": isolated_store}
+    done = subprocess.run([sys.executable, "-m", "medeval_core", "import-records", "--input", str(source), "--out",
+                           str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "skipped line 2: '12345.6' is not an ICD-9 code" in done.stderr
+    (checked,) = load_records(out).records
+    assert [code.code for code in checked.icd9] == ["4280", "4019", "E8490", "V4581"]
+    assert json.loads(out.read_text(encoding="utf-8"))["icd9"][2]["code"] == "E849.0"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("{}\n", encoding="utf-8")
+    refused = subprocess.run([sys.executable, "-m", "medeval_core", "import-records", "--input", str(empty),
+                              "--out", str(tmp_path / "none.jsonl")], cwd=REPO_ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 2 and "has no valid records" in refused.stderr
+    assert not (tmp_path / "none.jsonl").exists()

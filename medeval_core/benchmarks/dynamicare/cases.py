@@ -276,9 +276,23 @@ def import_agentclinic(sources: list[tuple[str, Path]], out: Path, mapper: Icd9M
             report.mappings.append(made)
     if not lines:
         raise RecordFileError("No AgentClinic case could be converted; check the input files.")
+    _write_whole(out, lines)
+    report.written = len(lines)
+    return report
+
+
+def _write_whole(out: Path, lines: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
     partial.replace(out)
-    report.written = len(lines)
-    return report
+
+
+def write_records(records: list[PatientRecord], out: Path) -> None:
+    """Records in the documented shape, codes dotted, written whole or not at all."""
+    lines = []
+    for record in records:
+        line = record.model_dump(mode="json")
+        line["icd9"] = [{**code, "code": display_code(code["code"])} for code in line["icd9"]]
+        lines.append(json.dumps(line, ensure_ascii=False))
+    _write_whole(out, lines)

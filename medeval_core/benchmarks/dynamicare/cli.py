@@ -83,6 +83,16 @@ class DynamicareCli(BenchmarkCli):
         importer.add_argument("--json", action="store_true", help="print the mappings as JSON")
         importer.set_defaults(handler=_import_agentclinic)
 
+        records = groups.top.add_parser(
+            "import-records", help="validate your own patient records (e.g. MIMIC-Patient) for open diagnosis",
+            description="Checks every line of a records file against the documented shape ({case_id, "
+                        "chief_complaint, record, icd9: [1-5 codes], diagnosis?}; see "
+                        "medeval_core/benchmarks/dynamicare/cases.py), reports bad lines, and writes the valid "
+                        "records with their codes in dotted form. Nothing is written when no line is valid.")
+        records.add_argument("--input", type=Path, required=True, help="your records, JSON Lines")
+        records.add_argument("--out", type=Path, required=True, help="validated records to write")
+        records.set_defaults(handler=_import_records)
+
 
 def _score_hitk(args: argparse.Namespace) -> int:
     from medeval_core.benchmarks.dynamicare.scoring import ScoreFileError, score_files
@@ -158,6 +168,20 @@ def _import_agentclinic(args: argparse.Namespace) -> int:
     for made in report.mappings:
         print(f"  {made['case_id']}: {made['diagnosis']} -> {made['code']} {made['description']} "
               f"(confidence {made['confidence']:.2f}, {made['method']})")
+    return 0
+
+
+def _import_records(args: argparse.Namespace) -> int:
+    from medeval_core.benchmarks.dynamicare.cases import RecordFileError, load_records, write_records
+
+    try:
+        loaded = load_records(args.input)
+    except RecordFileError as exc:
+        raise CommandError(str(exc)) from None
+    for row in loaded.skipped:
+        print(f"skipped line {row.line}: {row.reason}", file=sys.stderr)
+    write_records(loaded.records, args.out)
+    print(f"{len(loaded.records)} records written to {args.out} ({len(loaded.skipped)} lines skipped).")
     return 0
 
 
