@@ -7,8 +7,10 @@ Any OpenAI-compatible endpoint works (vLLM, Ollama, a hosted API); retries and e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from medeval_core.backends.openai_client import CallRecorder, CompletionClient
 from medeval_core.settings import BackendChoice
@@ -76,3 +78,43 @@ def make_chat_backend(choice: BackendChoice, **options: Any) -> ChatBackend:
             f"and MEDEVAL_CHAT_MODEL, and the key in {choice.api_key_env} if the endpoint needs one."
         )
     return OpenAIChatBackend(base_url=choice.base_url, model=choice.model, api_key_env=choice.api_key_env, **options)
+
+
+class ReplyFormatError(RuntimeError):
+    """A model gave no valid reply in the allowed corrections; the message says what was wrong last."""
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """The JSON object in a model's reply, tolerating code fences and text around it; ValueError otherwise."""
+    fenced = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.DOTALL)
+    candidate = fenced.group(1) if fenced else text[text.find("{"): text.rfind("}") + 1]
+    if not candidate:
+        raise ValueError("the reply holds no JSON object")
+    try:
+        value = json.loads(candidate)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the reply is not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError("the reply is not a JSON object")
+    return value
+
+
+T = TypeVar("T")
+
+
+def ask_until_valid(backend: ChatBackend, messages: list[Message], parse: Callable[[str], T], *, role: str,
+                    on_call: CallRecorder | None = None, max_invalid: int = 2) -> T:
+    """Send ``messages`` and parse the reply; an invalid reply (``parse`` raises ValueError) is answered with what
+    was wrong and asked again, ``max_invalid`` times. The exchange is appended to ``messages``."""
+    problem = ""
+    for _ in range(max_invalid + 1):
+        reply = backend.complete(messages, on_call=on_call, role=role)
+        messages.append({"role": "assistant", "content": reply})
+        try:
+            return parse(reply)
+        except ValueError as exc:
+            problem = str(exc)
+            messages.append({"role": "user", "content": f"That reply was not valid: {problem}. Answer again "
+                                                        "exactly in the format asked."})
+    raise ReplyFormatError(f"The {role} model gave no valid reply in {max_invalid + 1} tries; last problem: "
+                           f"{problem}.")

@@ -11,12 +11,10 @@ included) is recorded as a model call of role ``chat`` on the case's context, wi
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from medeval_core.backends.chat import ChatBackend, Message, make_chat_backend
+from medeval_core.backends.chat import ChatBackend, Message, json_object, make_chat_backend
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError, Intake, validate_differential
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase
@@ -41,21 +39,6 @@ Questions (code: question):
 
 class LLMOutputError(RuntimeError):
     """The model did not produce a valid action after the allowed corrections."""
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    """The JSON object in a reply, tolerating code fences and text around it."""
-    fenced = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.DOTALL)
-    candidate = fenced.group(1) if fenced else text[text.find("{"): text.rfind("}") + 1]
-    if not candidate:
-        raise ValueError("the reply holds no JSON object")
-    try:
-        value = json.loads(candidate)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the reply is not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise ValueError("the reply is not a JSON object")
-    return value
 
 
 class LLMAgent:
@@ -108,7 +91,7 @@ class LLMSession:
         self._differential: dict[str, float] | None = None
 
     def _parse(self, reply: str, allow_ask: bool) -> tuple[str, Any]:
-        action = _json_object(reply)
+        action = json_object(reply)
         kind = action.get("action")
         if kind == "ask":
             if not allow_ask:

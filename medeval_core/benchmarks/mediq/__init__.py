@@ -1,0 +1,29 @@
+"""MEDIQ (Li et al., NeurIPS 2024) under the DynamiCare protocol: interactive multiple-choice questions where the
+expert asks a patient system, built from the case's atomic facts, before choosing (design.md §3.4).
+
+This module holds the spec only (light); ``benchmark.py`` is imported when a run is built.
+"""
+
+from __future__ import annotations
+
+from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
+
+SPEC = BenchmarkSpec(
+    name="mediq",
+    title="MEDIQ",
+    description="An expert asks a patient system (the case's atomic facts only) one question at a time, 10 at "
+                "most, then chooses an option; accuracy with a Wilson interval, Ave-Q, the timeout rate and the "
+                "accuracy without asking.",
+    factory="medeval_core.benchmarks.mediq.benchmark:MediqBenchmark",
+    cli="medeval_core.benchmarks.mediq.cli:CLI",
+    pages=(PageInfo(
+        path="views/mediq_walkthrough.py", title="MEDIQ walkthrough", icon=":material/quiz:",
+        section="Benchmarks", url_path="mediq",
+        description="Ask a MEDIQ patient questions, choose an option, then see the answer, the facts you never "
+                    "uncovered and what the LLM expert would have asked.",
+    ),),
+    model_roles=(ModelRole(name="expert", description="the MEDIQ LLM expert (--expert llm)"),
+                 ModelRole(name="patient", description="the LLM patient of MEDIQ and open diagnosis "
+                                                       "(--patient llm)")),
+    data_sources=("mediq",),
+)

@@ -1,0 +1,185 @@
+"""MEDIQ as a ``Benchmark``: each case is one consultation (``interaction.consult``) of an expert (LLM or replay)
+with a patient system (offline fact-select or LLM); the summary is accuracy, Ave-Q, the timeout rate and the
+accuracy without asking (``scoring.headline``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, RunCounts, RunSummary, Score, Scorer
+from medeval_core.benchmarks.mediq import SPEC
+from medeval_core.benchmarks.mediq.cases import MediqCase, MediqFileError, load_cases
+from medeval_core.benchmarks.mediq.experts import (
+    ActionFileError,
+    Expert,
+    ExpertError,
+    LLMExpert,
+    ReplayExpert,
+    ReplayLine,
+    load_actions,
+)
+from medeval_core.benchmarks.mediq.interaction import MediqOutput, consult
+from medeval_core.benchmarks.mediq.params import MediqParams
+from medeval_core.benchmarks.mediq.patients import FactSelectPatient, LLMPatient, MediqPatient
+from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.records import CaseResult
+from medeval_core.settings import BackendChoice, Settings
+
+SCORER = "mediq-accuracy"
+COMPLETED = "completed cases"
+
+
+def chat_backend(role: str, settings: Settings, stored: Mapping[str, Any]) -> Any:
+    """The chat backend of ``role``: the one the run started with (``stored``), else the configured one."""
+    from medeval_core.backends.chat import make_chat_backend
+
+    choice: BackendChoice = settings.role(role)
+    if stored.get(role):
+        choice = choice.model_copy(update={"backend": "openai", **stored[role]})
+    return make_chat_backend(choice)
+
+
+def role_models(settings: Settings, roles: Sequence[str]) -> dict[str, Any]:
+    """What a run stores of the roles it uses (endpoint and model, never a key); unconfigured roles fail here
+    with the message that says how to configure them."""
+    from medeval_core.backends.chat import ChatBackendError, make_chat_backend
+
+    stored: dict[str, Any] = {}
+    for role in roles:
+        choice = settings.role(role)
+        try:
+            make_chat_backend(choice)
+        except ChatBackendError:
+            key = role.upper().replace("-", "_")
+            raise BenchmarkError(f"No {role} model is configured: set MEDEVAL_{key}_BASE_URL (an OpenAI-compatible "
+                                 f"endpoint ending in /v1) and MEDEVAL_{key}_MODEL.") from None
+        stored[role] = {"base_url": choice.base_url, "model": choice.model}
+    return stored
+
+
+class MediqSolver:
+    def __init__(self, params: MediqParams, actions: Mapping[str, ReplayLine] | None) -> None:
+        self.params = params
+        self.actions = actions
+
+    def patient(self, case: MediqCase, ctx: CaseContext) -> MediqPatient:
+        if self.params.patient == "llm":
+            return LLMPatient(case, ctx.model("patient"))
+        return FactSelectPatient(case, threshold=self.params.fact_threshold, max_facts=self.params.max_facts)
+
+    def expert(self, case: MediqCase, ctx: CaseContext) -> Expert:
+        if self.params.expert == "llm":
+            return LLMExpert(ctx.model("expert"), abstention=self.params.abstention, threshold=self.params.threshold)
+        line = (self.actions or {}).get(case.case_id)
+        if line is None:
+            raise ExpertError(f"The actions file has no line for case {case.case_id}.")
+        return ReplayExpert(line)
+
+    def __call__(self, case: MediqCase, ctx: CaseContext) -> MediqOutput:
+        return consult(self.expert(case, ctx), case, self.patient(case, ctx), ctx,
+                       max_questions=self.params.max_questions, baseline=self.params.baseline)
+
+
+class AccuracyScorer:
+    name = SCORER
+
+    def __call__(self, case: MediqCase, output: MediqOutput, ctx: CaseContext) -> dict[str, Score]:
+        provenance = {"scorer": SCORER, "on": "answer_idx"}
+        scores = {
+            "correct": Score(value=output.choice == case.answer_idx, provenance=provenance),
+            "questions": Score(value=float(output.num_questions), provenance=provenance),
+            "timed_out": Score(value=output.timed_out, provenance=provenance),
+        }
+        if output.initial_choice is not None:
+            scores["correct_without_asking"] = Score(value=output.initial_choice == case.answer_idx,
+                                                     provenance=provenance)
+        return scores
+
+
+class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
+    name = "mediq"
+    Params = MediqParams
+    Output = MediqOutput
+
+    def _load(self, params: MediqParams) -> Any:
+        try:
+            return load_cases(params.cases, limit=params.limit)
+        except MediqFileError as exc:
+            raise BenchmarkError(str(exc)) from None
+
+    def cases(self, params: MediqParams, settings: Settings) -> Sequence[MediqCase]:
+        return self._load(params).cases
+
+    def input_files(self, params: MediqParams) -> dict[str, str]:
+        files = {"cases": params.cases}
+        if params.actions:
+            files["actions"] = params.actions
+        return files
+
+    def solver(self, params: MediqParams, settings: Settings, todo: Sequence[MediqCase]) -> MediqSolver:
+        if params.expert == "person":
+            raise BenchmarkError("The person expert acts on the MEDIQ walkthrough page; a batch run needs --expert "
+                                 "llm or replay.")
+        actions = None
+        if params.expert == "replay":
+            if not params.actions:
+                raise BenchmarkError("A replay expert needs --actions FILE (JSON Lines of actions per case).")
+            try:
+                actions = load_actions(params.actions)
+            except ActionFileError as exc:
+                raise BenchmarkError(str(exc)) from None
+        return MediqSolver(params, actions)
+
+    def scorers(self, params: MediqParams, settings: Settings) -> Sequence[Scorer[MediqCase, MediqOutput]]:
+        return (AccuracyScorer(),)
+
+    def scorer(self, name: str, options: Mapping[str, Any], settings: Settings) -> Scorer[MediqCase, MediqOutput]:
+        if name != SCORER:
+            raise BenchmarkError(f"The mediq benchmark has no scorer called {name!r}; it has {SCORER}.")
+        return AccuracyScorer()
+
+    def models(self, params: MediqParams, settings: Settings) -> dict[str, Callable[[], Any]]:
+        factories: dict[str, Callable[[], Any]] = {}
+        if params.expert == "llm":
+            factories["expert"] = lambda: chat_backend("expert", settings, params.models)
+        if params.patient == "llm":
+            factories["patient"] = lambda: chat_backend("patient", settings, params.models)
+        return factories
+
+    def summarize(self, params: MediqParams, cases: Sequence[MediqCase],
+                  results: Sequence[CaseResult]) -> RunSummary:
+        loaded = self._load(params)
+        scores = [CaseScore(case_id=r.case_id, correct=bool(r.output["correct"]),
+                            num_questions=int(r.output["num_questions"]), timed_out=bool(r.output["timed_out"]),
+                            initial_correct=r.output.get("initial_correct"))
+                  for r in results if r.ok]
+        metrics = headline(scores, COMPLETED)
+        notes = []
+        if loaded.skipped:
+            notes.append(loaded.summary())
+        mismatched = [case.case_id for case in loaded.cases if case.answer_mismatch]
+        if mismatched:
+            notes.append(f"Cases {', '.join(mismatched)} have an answer text that differs from options[answer_idx]; "
+                         "they are scored on answer_idx.")
+        counts = RunCounts.of(len(loaded.cases) * params.repetitions, list(results))
+        return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=metrics, notes=notes,
+                          extras={"expert": params.expert, "patient": params.patient,
+                                  "max_questions": params.max_questions, "cases_file": Path(params.cases).name,
+                                  "metrics": {m.name: m.value for m in metrics}})
+
+
+def build_params(settings: Settings, cases: str | Path, expert: str, actions: str | Path | None = None,
+                 **options: Any) -> MediqParams:
+    """The params of a run with absolute paths and the LLM roles it talks to (a resume keeps them)."""
+    if not Path(cases).is_file():
+        raise BenchmarkError(f"{cases} does not exist; give a MEDIQ JSON Lines file "
+                             "(e.g. MEDEVAL_DATA_DIR/mediq/imedqa_sample200.jsonl).")
+    if actions is not None and not Path(actions).is_file():
+        raise BenchmarkError(f"{actions} does not exist; give the replay actions JSON Lines file.")
+    given = {key: value for key, value in options.items() if value is not None}
+    roles = (["expert"] if expert == "llm" else []) + (["patient"] if given.get("patient") == "llm" else [])
+    return MediqParams(cases=str(Path(cases).resolve()), expert=expert,  # type: ignore[arg-type]
+                       actions=str(Path(actions).resolve()) if actions else None,
+                       models=role_models(settings, roles), **given)

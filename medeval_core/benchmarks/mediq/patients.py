@@ -1,0 +1,127 @@
+"""MEDIQ patient systems behind one interface: each answers a question from the case's own atomic facts only.
+
+- ``FactSelectPatient`` (offline, the default): the facts most similar to the question (all-MiniLM-L6-v2,
+  ``medeval_core.embeddings``) at or above a threshold, at most ``max_facts``, returned verbatim in the file's
+  order; else the refusal. A fact that states the correct option is never given (the patient must not hand the
+  expert the answer), and nothing but this case's facts can come out.
+- ``LLMPatient``: a chat model picks the facts that answer and phrases them in the first person; no fact, the
+  refusal.
+
+Every answer carries the facts it used (0-based positions in ``case.facts``), stored with the turn.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from medeval_core.backends.chat import ChatBackend, Message, ask_until_valid, json_object
+from medeval_core.benchmark import CaseContext
+from medeval_core.benchmarks.mediq.cases import MediqCase
+from medeval_core.prompts import fill, load_prompt
+
+REFUSAL = "The patient cannot answer this question, please do not ask this question again."
+DEFAULT_THRESHOLD = 0.35
+DEFAULT_MAX_FACTS = 3
+PATIENT_PROMPT_VERSION = "mediq-patient-v1"
+
+
+class PatientAnswer(BaseModel):
+    text: str
+    facts: list[int] = Field(default_factory=list, description="0-based positions of the facts used")
+    refused: bool = False
+    similarities: list[float] = Field(default_factory=list, description="offline: each used fact's similarity")
+
+
+class MediqPatient(Protocol):
+    name: str
+
+    def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def _phrase(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def states_answer(fact: str, case: MediqCase) -> bool:
+    """Whether ``fact`` contains the correct option's text (or the row's answer text) as a phrase."""
+    padded = f" {_phrase(fact)} "
+    return any(f" {phrase} " in padded for phrase in {_phrase(case.correct_option), _phrase(case.answer)} if phrase)
+
+
+def answerable_facts(case: MediqCase) -> list[int]:
+    """The positions of the facts a patient may give (those that do not state the correct option)."""
+    return [i for i, fact in enumerate(case.facts) if not states_answer(fact, case)]
+
+
+def refusal() -> PatientAnswer:
+    return PatientAnswer(text=REFUSAL, refused=True)
+
+
+class FactSelectPatient:
+    name = "offline"
+
+    def __init__(self, case: MediqCase, threshold: float = DEFAULT_THRESHOLD,
+                 max_facts: int = DEFAULT_MAX_FACTS) -> None:
+        from medeval_core.embeddings import EmbeddingIndex
+
+        self.case = case
+        self.threshold = threshold
+        self.max_facts = max_facts
+        self.allowed = answerable_facts(case)
+        self._index = EmbeddingIndex([case.facts[i] for i in self.allowed])
+
+    def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer:
+        if not question.strip():
+            return refusal()
+        matches = self._index.search(question, threshold=self.threshold, limit=self.max_facts)
+        if not matches:
+            return refusal()
+        chosen = sorted(matches, key=lambda match: self.allowed[match.index])
+        positions = [self.allowed[match.index] for match in chosen]
+        return PatientAnswer(text=" ".join(self.case.facts[i] for i in positions), facts=positions,
+                             similarities=[round(match.similarity, 4) for match in chosen])
+
+    def describe(self) -> dict[str, Any]:
+        return {"patient": self.name, "encoder": "sentence-transformers/all-MiniLM-L6-v2",
+                "threshold": self.threshold, "max_facts": self.max_facts}
+
+
+class LLMPatient:
+    name = "llm"
+
+    def __init__(self, case: MediqCase, backend: ChatBackend, max_invalid: int = 2) -> None:
+        self.case = case
+        self.backend = backend
+        self.max_invalid = max_invalid
+        self.allowed = answerable_facts(case)
+        listing = "\n".join(f"{number}. {case.facts[i]}" for number, i in enumerate(self.allowed, start=1))
+        self.system_prompt = fill(load_prompt("mediq_patient_system"), facts=listing)
+
+    def _parse(self, reply: str) -> PatientAnswer:
+        value = json_object(reply)
+        numbers = value.get("facts")
+        if not isinstance(numbers, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            raise ValueError('"facts" must be a list of fact numbers')
+        if any(not 1 <= n <= len(self.allowed) for n in numbers):
+            raise ValueError(f"fact numbers run from 1 to {len(self.allowed)}")
+        if not numbers:
+            return refusal()
+        text = value.get("answer")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError('"answer" must be your answer as text when facts are listed')
+        return PatientAnswer(text=text.strip(), facts=sorted({self.allowed[n - 1] for n in numbers}))
+
+    def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer:
+        messages: list[Message] = [{"role": "system", "content": self.system_prompt},
+                                   {"role": "user", "content": f"Doctor: {question}"}]
+        return ask_until_valid(self.backend, messages, self._parse, role="patient",
+                               on_call=ctx.record_model_call if ctx is not None else None,
+                               max_invalid=self.max_invalid)
+
+    def describe(self) -> dict[str, Any]:
+        return {"patient": self.name, **self.backend.describe(), "prompt_version": PATIENT_PROMPT_VERSION}

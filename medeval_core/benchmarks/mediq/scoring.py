@@ -1,0 +1,121 @@
+"""MEDIQ metrics, one scorer for runs made here and for result files written by the MediQ benchmark code.
+
+Accuracy (on ``answer_idx``) with a Wilson 95 % interval, Ave-Q (mean questions per case, bootstrap interval),
+the timeout rate (cases where the budget forced the choice) and, beside the accuracy, the same expert's accuracy
+without asking (initial information only) over the cases where that choice is known, so the gain from asking
+shows. A MediQ result line (``src/mediQ_benchmark.py`` of stellalisy/mediQ) is ``{"id", "info":
+{"correct_answer_idx", ...}, "interactive_system": {"choice", "questions", "answers", "num_questions",
+"intermediate_choices", ...}}``; its first intermediate choice is the expert's answer before any question.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from medeval_core.benchmark import Metric
+from medeval_core.benchmarks.mediq.cases import OPTION_LETTERS
+from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
+
+
+class CaseScore(BaseModel):
+    case_id: str
+    correct: bool
+    num_questions: int
+    timed_out: bool
+    initial_correct: bool | None = None
+
+
+class ResultFileError(ValueError):
+    """A MediQ result file that cannot be scored; the message names the line and the problem."""
+
+
+def headline(scores: Sequence[CaseScore], denominator: str) -> list[Metric]:
+    n = len(scores)
+    correct = sum(score.correct for score in scores)
+    timeouts = sum(score.timed_out for score in scores)
+    questions = [float(score.num_questions) for score in scores]
+    metrics = [
+        Metric(name="accuracy", value=correct / n if n else None, interval=wilson_interval(correct, n) if n else None,
+               n=n, denominator=denominator, method="Wilson 95%"),
+        Metric(name="Ave-Q", value=sum(questions) / n if n else None, n=n, denominator=denominator,
+               interval=bootstrap_mean_ci(questions) if n else None, method="mean, bootstrap 95%", unit="number"),
+        Metric(name="timeout rate", value=timeouts / n if n else None, n=n, denominator=denominator,
+               interval=wilson_interval(timeouts, n) if n else None, method="Wilson 95%"),
+    ]
+    known = [score.initial_correct for score in scores if score.initial_correct is not None]
+    if known:
+        right = sum(known)
+        metrics.append(Metric(name="accuracy without asking", value=right / len(known), n=len(known),
+                              interval=wilson_interval(right, len(known)), method="Wilson 95%",
+                              denominator="cases with a choice on the initial information"))
+    return metrics
+
+
+def figures(metrics: Sequence[Metric]) -> dict[str, float | None]:
+    return {metric.name: metric.value for metric in metrics}
+
+
+def _result_score(raw: Mapping[str, Any], answers: Mapping[str, str] | None, max_questions: int) -> CaseScore:
+    system = raw.get("interactive_system")
+    info = raw.get("info")
+    if not isinstance(system, dict) or not isinstance(info, dict):
+        raise ValueError('the line needs "interactive_system" and "info" objects')
+    if "id" not in raw:
+        raise ValueError('the line has no "id"')
+    case_id = str(raw["id"])
+    truth = answers.get(case_id) if answers is not None else info.get("correct_answer_idx")
+    if answers is not None and truth is None:
+        raise ValueError(f"case {case_id} is not in the cases file")
+    if truth not in OPTION_LETTERS:
+        raise ValueError(f"the correct answer index is {truth!r}, not one of A-D")
+    choice = system.get("choice")
+    questions = system.get("questions", [])
+    if not isinstance(questions, list):
+        raise ValueError('"questions" must be a list')
+    count = system.get("num_questions", len(questions))
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError('"num_questions" must be a whole number >= 0')
+    intermediate = system.get("intermediate_choices") or []
+    initial = intermediate[0] if isinstance(intermediate, list) and intermediate else None
+    return CaseScore(case_id=case_id, correct=isinstance(choice, str) and choice.strip().upper() == truth,
+                     num_questions=count, timed_out=count >= max_questions,
+                     initial_correct=None if not isinstance(initial, str) else initial.strip().upper() == truth)
+
+
+def score_result_file(path: str | Path, answers: Mapping[str, str] | None = None,
+                      max_questions: int = 10) -> list[CaseScore]:
+    """Per-case scores of a MediQ result file; ``answers`` (case id -> answer_idx, from a cases file) replaces
+    the file's own ``correct_answer_idx``. A case listed twice is refused (appending runs repeat ids)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultFileError(f"Cannot read the results file {path} ({exc}); give MediQ's output JSON Lines.") \
+            from None
+    scores: list[CaseScore] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            if not isinstance(raw, dict):
+                raise ValueError("the line is not a JSON object")
+            score = _result_score(raw, answers, max_questions)
+        except json.JSONDecodeError as exc:
+            raise ResultFileError(f"{path} line {number} is not valid JSON ({exc.msg}).") from None
+        except ValueError as exc:
+            raise ResultFileError(f"{path} line {number}: {exc}.") from None
+        if score.case_id in seen:
+            raise ResultFileError(f"{path} line {number}: case {score.case_id} is scored on an earlier line; "
+                                  "keep one result per case.")
+        seen.add(score.case_id)
+        scores.append(score)
+    if not scores:
+        raise ResultFileError(f"{path} has no result lines.")
+    return scores

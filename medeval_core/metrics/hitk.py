@@ -1,0 +1,46 @@
+"""Hit@K and Rec@K over ICD-9 categories (design.md §3.4, the DynamiCare seed's ``score_hit_rec``).
+
+Inputs are already categories (``medeval_core.icd9.category``): the ranked predicted categories of one case and
+its ground-truth categories. As in the seed, both sides are compared as sets, so two predictions in one category
+count once and Rec@K's denominator is the number of distinct ground-truth categories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+KS = (5, 10)
+
+
+def hit_rec_at(predicted: Sequence[str | None], truth: Sequence[str], k: int) -> tuple[float, float]:
+    """(Hit@k, Rec@k) of one case. ``predicted`` is ranked; ``None`` marks a prediction that maps to no code
+    (it keeps its rank, so an unmappable name still uses one of the k places). No ground truth gives (0, 0)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}.")
+    top = {category for category in predicted[:k] if category is not None}
+    gold = set(truth)
+    common = top & gold
+    hit = 1.0 if common else 0.0
+    recall = len(common) / len(gold) if gold else 0.0
+    return hit, recall
+
+
+def case_metrics(predicted: Sequence[str | None], truth: Sequence[str],
+                 ks: Sequence[int] = KS) -> dict[str, float]:
+    """``Hit@k`` and ``Rec@k`` for every k of one case."""
+    metrics: dict[str, float] = {}
+    for k in ks:
+        hit, recall = hit_rec_at(predicted, truth, k)
+        metrics[f"Hit@{k}"] = hit
+        metrics[f"Rec@{k}"] = recall
+    return metrics
+
+
+def matched(predicted: Sequence[str | None], truth: Sequence[str], k: int) -> list[str]:
+    """The ground-truth categories found in the top k, in the truth's order."""
+    top = {category for category in predicted[:k] if category is not None}
+    seen: list[str] = []
+    for category in truth:
+        if category in top and category not in seen:
+            seen.append(category)
+    return seen

@@ -1,0 +1,119 @@
+"""Open-diagnosis walkthrough: question a patient simulated from a record, rank diagnoses, check their ICD-9 codes."""
+
+import pandas as pd
+import streamlit as st
+
+from medeval_core.benchmarks.dynamicare import walkthrough as wt
+from medeval_core.context import current_settings, current_store
+from medeval_core.icd9 import display_code
+from medeval_core.interaction import EpisodeError
+
+st.title("Open diagnosis walkthrough")
+st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
+           "record; it answers from the record or says it does not know), then rank up to 10 diagnoses. Each "
+           "maps to an ICD-9 code you can correct; Hit@K and Rec@K match on the ICD-9 category.")
+
+settings = current_settings()
+store = current_store()
+
+walk = None
+walk_id = st.query_params.get("walkthrough")
+if walk_id:
+    try:
+        walk = wt.load(store, settings, walk_id)
+    except wt.WalkthroughError as exc:
+        st.warning(str(exc))
+
+if walk is None:
+    st.subheader("Pick a patient")
+    try:
+        listed = wt.choices(settings)
+    except wt.WalkthroughError as exc:
+        st.info(str(exc))
+        st.stop()
+    line = st.selectbox("Patient (chief complaint)", list(listed), key="od_case",
+                        format_func=lambda number: f"{number}: {listed[number]}")
+    if st.button("Start walkthrough", type="primary", key="od_start"):
+        try:
+            new_id = wt.start(store, settings, line)
+        except wt.WalkthroughError as exc:
+            st.error(str(exc))
+        else:
+            st.query_params["walkthrough"] = new_id
+            st.rerun()
+    st.stop()
+
+record = walk.record
+st.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_questions}")
+st.markdown("**Chief complaint**")
+st.text(record.chief_complaint)
+st.caption(f"Walkthrough {walk.id}; the link in the address bar brings it back.")
+
+st.subheader("Dialogue")
+if not walk.replies:
+    st.caption("No question yet.")
+for reply in walk.replies:
+    with st.chat_message("user", avatar=":material/stethoscope:"):
+        st.text(reply.question)
+    with st.chat_message("assistant", avatar=":material/person:"):
+        st.text(reply.text)
+
+if not walk.finished:
+    st.subheader("Ask the patient")
+    with st.form("od_ask_form", clear_on_submit=True):
+        question = st.text_input("Your question", key="od_question", placeholder="e.g. When did it start?")
+        asked = st.form_submit_button("Ask", disabled=walk.questions_left <= 0)
+    if asked:
+        try:
+            wt.ask(walk, question)
+        except (wt.WalkthroughError, EpisodeError) as exc:
+            st.error(str(exc))
+        else:
+            st.rerun()
+
+    st.subheader("Your diagnoses")
+    ranked = wt.parse_ranked(st.text_area("One diagnosis a line, most likely first (up to 10)", key="od_ranked"))
+    if len(ranked) > 10:
+        st.error(f"You listed {len(ranked)} diagnoses; keep the 10 most likely.")
+    elif ranked:
+        st.caption("The ICD-9 code each maps to (shortlist of the 2015 list, then the best-covering description). "
+                   "Correct a code by typing another one.")
+        corrections: dict[str, str] = {}
+        for row in wt.preview(ranked):
+            shown = display_code(row.code) if row.code else ""
+            left, right = st.columns([2, 3])
+            typed = left.text_input(f"{row.rank}. ICD-9 code", value=shown, key=f"od_code_{row.rank}_{row.text}")
+            right.text(f"{row.text}\n-> {row.description or 'no code found'} (confidence {row.confidence:.2f})")
+            if typed.strip() and typed.strip() != shown:
+                corrections[row.text] = typed.strip()
+        if st.button("Submit diagnoses", type="primary", key="od_submit"):
+            try:
+                wt.submit(walk, ranked, corrections)
+            except (wt.WalkthroughError, EpisodeError) as exc:
+                st.error(str(exc))
+            else:
+                st.rerun()
+else:
+    output = walk.output
+    st.subheader("Result")
+    columns = st.columns(5)
+    for column, name in zip(columns, ("Hit@5", "Hit@10", "Rec@5", "Rec@10"), strict=False):
+        column.metric(name, f"{output.metrics[name]:.2f}")
+    columns[4].metric("Questions", output.num_questions)
+    st.markdown("**Ground truth**")
+    for code in record.icd9:
+        st.text(f"{display_code(code.code)} {code.name}".strip())
+    if record.diagnosis:
+        st.text(f"Recorded diagnosis: {record.diagnosis}")
+    st.markdown("**Your diagnoses and their codes**")
+    st.dataframe(pd.DataFrame([{"rank": row.rank, "diagnosis": row.text,
+                                "code": display_code(row.code) if row.code else "",
+                                "category": row.category or "", "how": row.method,
+                                "matched": bool(row.category and row.category in output.truth_categories)}
+                               for row in output.diagnoses]), hide_index=True, key="od_result_table")
+    matched = output.matched["@10"]
+    st.text("Categories matched in the top 10: " + (", ".join(matched) if matched else "none"))
+    st.caption(f"Saved as run {walk.id}.")
+    if st.button("Start another walkthrough", key="od_again"):
+        del st.query_params["walkthrough"]
+        st.rerun()
