@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 BASELINE = "0001_baseline"
-HEAD = "0002_kinds_scores_model_calls"
+HEAD = "0003_sdbench_test_prices"
 """The newest revision; a test checks it against the revisions in ``versions/``. Update both together."""
 
 BASELINE_TABLES = frozenset({"runs", "case_results", "turns", "judgements", "annotations"})
