@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "medeval_core.commands.reported",
     "medeval_core.commands.runs",
     "medeval_core.commands.data",
+    "medeval_core.benchmarks.sdbench.cli",
 )
 
 

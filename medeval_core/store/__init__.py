@@ -491,7 +491,8 @@ class Store:
         statement = select(TestPriceRow.price).where(TestPriceRow.method == method, TestPriceRow.model == model,
                                                      TestPriceRow.name == name)
         with self.session() as session:
-            return session.exec(statement).first()
+            found = session.exec(statement).first()
+        return dict(found) if found is not None else None
 
     def cache_price(self, method: str, model: str, name: str, price: dict[str, Any]) -> None:
         """Keep a test's price; a price another worker cached first for the same key stands."""

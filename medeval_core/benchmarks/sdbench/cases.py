@@ -167,7 +167,8 @@ def read_case_rows(path: str | Path) -> ReadReport:
     for number, value, problem in _json_lines(Path(path)):
         case, problem = _parse_row(value) if problem is None else (None, problem)
         if case is not None and case.case_id in seen:
-            case, problem = None, f"field 'id': {case.case_id!r} appears on an earlier line"
+            problem = f"field 'id': {case.case_id!r} appears on an earlier line"
+            case = None
         if case is None:
             report.skipped.append(Skipped(line=number, reason=problem or "invalid"))
             continue
