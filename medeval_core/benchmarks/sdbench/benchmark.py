@@ -46,7 +46,7 @@ from medeval_core.benchmarks.sdbench.agents import (
     ReplayAgent,
     load_actions,
 )
-from medeval_core.benchmarks.sdbench.cases import CaseFileError, SDBenchCase, load_cases
+from medeval_core.benchmarks.sdbench.cases import CaseFileError, SDBenchCase, load_any
 from medeval_core.benchmarks.sdbench.catalog import CatalogError, load_catalog
 from medeval_core.benchmarks.sdbench.costing import (
     Pricer,
@@ -93,7 +93,7 @@ REFERENCE_ROWS = {
 
 
 class SDBenchParams(RunParams):
-    cases: str = Field(description="SDBench case file (JSON Lines; absolute path)")
+    cases: str = Field(description="SDBench case file, or an AgentClinic file converted on load (absolute path)")
     agent: Literal["llm", "replay", "person"] = Field(description="llm (the tag baseline) or replay (--actions)")
     actions: str | None = Field(default=None, description="JSON Lines of actions to replay (--agent replay)")
     gatekeeper: Literal["llm", "offline"] = "offline"
@@ -179,7 +179,7 @@ class Resources:
         self.params = params
         self.settings = settings
         try:
-            self.all_cases = load_cases(params.cases)
+            self.all_cases = load_any(params.cases)
             self.catalog = load_catalog(settings.prompts_dir)
             self.prices = load_prices(params.prices)
             self.actions = load_actions(params.actions) if params.actions else None
@@ -337,7 +337,9 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
     def resources(self, params: SDBenchParams, settings: Settings) -> Resources:
         key = params.model_dump_json() + settings.settings_hash()
         if key not in self._resources:
-            self._resources = {key: Resources(params, settings)}
+            if len(self._resources) >= 8:  # the page's listing and its sessions alternate; keep a few
+                self._resources.pop(next(iter(self._resources)))
+            self._resources[key] = Resources(params, settings)
         return self._resources[key]
 
     def input_files(self, params: SDBenchParams) -> dict[str, str]:

@@ -160,6 +160,26 @@ def load_cases(path: str | Path) -> list[SDBenchCase]:
     return cases
 
 
+def is_agentclinic_file(path: str | Path) -> bool:
+    """Whether the file's first row is an AgentClinic row (``OSCE_Examination``) rather than an SDBench case."""
+    for _, value, _ in _json_lines(Path(path)):
+        return isinstance(value, dict) and "OSCE_Examination" in value
+    return False
+
+
+def load_any(path: str | Path) -> list[SDBenchCase]:
+    """An SDBench case file, or an AgentClinic file converted on the fly (its bad rows make the load fail, as an
+    SDBench file's do: import it with ``cases import agentclinic`` to skip them)."""
+    if not is_agentclinic_file(path):
+        return load_cases(path)
+    report = import_agentclinic(path)
+    if report.skipped:
+        first = report.skipped[0]
+        raise CaseFileError(f"{path}, line {first.line}: {first.reason}; import the file with `python -m "
+                            "medeval_core cases import agentclinic`, which skips bad rows.")
+    return report.cases
+
+
 def read_case_rows(path: str | Path) -> ReadReport:
     """The valid cases of a user's case file; bad or repeated rows are skipped with their line numbers."""
     report = ReadReport(cases=[])

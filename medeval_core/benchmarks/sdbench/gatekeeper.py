@@ -371,7 +371,7 @@ class CaseEnvironment:
         self.case = case
         self.gatekeeper = gatekeeper
         self.pricer = pricer
-        self.history: list[tuple[Action, Reply]] = []
+        self.history: list[tuple[Questions | Tests, Reply]] = []
         self.diagnosis: str | None = None
         self._in_visit = False
 
