@@ -55,7 +55,7 @@ class PriceTable(BaseModel):
 
 
 def _column(header: Sequence[str], choices: Sequence[str]) -> str | None:
-    lowered = {name.strip().lower(): name for name in header}
+    lowered = {re.sub(r"[\s-]+", "_", name.strip().lower()): name for name in header}
     return next((lowered[choice] for choice in choices if choice in lowered), None)
 
 
