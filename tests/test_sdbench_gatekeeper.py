@@ -141,5 +141,5 @@ def test_llm_gatekeeper_over_http(case):
         system = server.chat_requests()[0].body["messages"][0]["content"]
         assert case.full_text in system and "never mention the final diagnosis" in system
         assert len(server.chat_requests()) == 2 and "not valid" in server.chat_requests()[1].text()
-        assert "all labs" not in server.chat_requests()[0].text()  # refused before the model is asked
+        assert server.chat_requests()[0].body["messages"][-1]["content"] == "Test orders:\n1. serum lipase\n2. AChR antibodies"
         assert {c.role for c in calls} == {"gatekeeper"} and len(calls) == 2
