@@ -62,6 +62,7 @@ class OfflineJudge:
     def __init__(self, data: dict[str, Any]) -> None:
         self.vocabulary = Vocabulary(data)
         self.qualifiers = frozenset(self.vocabulary.canonical(" ".join(data.get("qualifier_words", []))))
+        self.generic = frozenset(self.vocabulary.canonical(" ".join(data.get("generic_words", []))))
         self.model = f"rules:{fingerprint(data)[:12]}"
 
     @classmethod
@@ -99,11 +100,11 @@ class OfflineJudge:
             aligned.add(match[0] if match else word)
         predicted = frozenset(aligned)
         vocabulary = self.vocabulary
-        if predicted & vocabulary.not_the_disease:
-            return Grade(score=2, reasoning="The diagnosis names a mimic or precursor of the reference, not it.")
         if predicted == reference:
             return Grade(score=5, reasoning="The diagnosis is the reference diagnosis (after normalisation and "
                                             "synonyms).")
+        if (predicted - reference) & vocabulary.not_the_disease:
+            return Grade(score=2, reasoning="The diagnosis names a mimic or precursor of the reference, not it.")
         if reference < predicted:
             extra = predicted - reference
             if any(vocabulary.is_disease_word(w) for w in extra):
@@ -114,7 +115,7 @@ class OfflineJudge:
         if predicted < reference and missing <= self.qualifiers:
             return Grade(score=4, reasoning=f"The core disease is right; a minor qualifier is missing "
                                             f"({', '.join(sorted(missing))}).")
-        core = {w for w in shared if w not in self.qualifiers}
+        core = {w for w in shared if w not in self.qualifiers and w not in self.generic}
         if core and any(vocabulary.is_disease_word(w) for w in core):
             return Grade(score=3, reasoning=f"The diagnosis is in the right category ({', '.join(sorted(core))}) "
                                             "but differs in a major way.")
