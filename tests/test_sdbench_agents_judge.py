@@ -13,8 +13,8 @@ from medeval_core.benchmarks.sdbench.agents import (
     AgentOutputError,
     IncompleteEpisode,
     LLMAgent,
-    ReplayAgent,
     ReplayAction,
+    ReplayAgent,
     load_actions,
     parse_tags,
 )
@@ -142,8 +142,8 @@ def test_llm_judge_over_http():
         assert [a.ok for a in attempts] == [False, True] and attempts[1].verdict["score"] == 4
         assert {a.judge_name for a in attempts} == {"sdbench-llm-judge"} and attempts[1].judge_model == "fake-judge"
         assert [c.role for c in calls] == ["sdbench-judge"] * 2
-    with FakeOpenAI(Reply(content='{"score": 7, "reasoning": "x"}')) as server:
-        with pytest.raises(JudgeFailure, match="whole number from 1 to 5"):
-            LLMJudge.from_backend(backend(server)).grade("A", "B")
+    with FakeOpenAI(Reply(content='{"score": 7, "reasoning": "x"}')) as server, \
+            pytest.raises(JudgeFailure, match="whole number from 1 to 5"):
+        LLMJudge.from_backend(backend(server)).grade("A", "B")
     with pytest.raises(ValueError, match="exactly the keys"):
         parse_grade('{"score": 3}')

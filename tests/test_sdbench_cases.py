@@ -23,6 +23,16 @@ def words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 3}
 
 
+def leaf_texts(node: dict) -> list[str]:
+    found: list[str] = []
+    for value in node.values():
+        if isinstance(value, dict):
+            found += leaf_texts(value)
+        elif str(value).strip():
+            found.append("; ".join(map(str, value)) if isinstance(value, list) else str(value).strip())
+    return found
+
+
 def test_agentclinic_cases_keep_every_finding_and_summaries_leak_nothing(data_dir):
     raw = [json.loads(line) for line in agentclinic_file(data_dir).read_text().splitlines() if line.strip()]
     report = import_agentclinic(agentclinic_file(data_dir))
@@ -40,17 +50,7 @@ def test_agentclinic_cases_keep_every_finding_and_summaries_leak_nothing(data_di
                 value = line.split(": ", 1)[-1]
                 assert len(value) < 8 or value.lower() not in case.case_summary.lower(), (case.case_id, value)
         # every leaf result of the source is somewhere in the findings
-        leaves: list[str] = []
-
-        def walk(node):
-            for value in node.values():
-                if isinstance(value, dict):
-                    walk(value)
-                elif str(value).strip():
-                    leaves.append(str(value).strip() if not isinstance(value, list) else "; ".join(map(str, value)))
-
-        walk(osce["Test_Results"])
-        walk(osce["Physical_Examination_Findings"])
+        leaves = [*leaf_texts(osce["Test_Results"]), *leaf_texts(osce["Physical_Examination_Findings"])]
         joined = "\n".join(results)
         assert all(leaf in joined for leaf in leaves), case.case_id
         assert case.provenance["file_line"] >= 1 and "AgentClinic" in case.provenance["source"]

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.sdbench.benchmark import open_episode, output_of
 from medeval_core.benchmarks.sdbench.cases import SDBenchCase, import_agentclinic, load_cases
@@ -22,7 +23,6 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
     Tests,
     render,
 )
-from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.context import current_settings
 from medeval_core.interaction import EpisodeError, Limits
 from medeval_core.prompts import load_prompt
@@ -141,5 +141,6 @@ def test_llm_gatekeeper_over_http(case):
         system = server.chat_requests()[0].body["messages"][0]["content"]
         assert case.full_text in system and "never mention the final diagnosis" in system
         assert len(server.chat_requests()) == 2 and "not valid" in server.chat_requests()[1].text()
-        assert server.chat_requests()[0].body["messages"][-1]["content"] == "Test orders:\n1. serum lipase\n2. AChR antibodies"
+        sent = server.chat_requests()[0].body["messages"][-1]["content"]
+        assert sent == "Test orders:\n1. serum lipase\n2. AChR antibodies"  # the refused order is never sent
         assert {c.role for c in calls} == {"gatekeeper"} and len(calls) == 2
