@@ -123,11 +123,13 @@ def render(kind: str, answers: Sequence[Answer]) -> str:
 def withhold_interpretation(text: str, diagnosis: str) -> tuple[str, list[str]]:
     """``text`` without the interpretive clauses and interpretation lines that name ``diagnosis`` (what was
     removed is returned for the record)."""
-    diagnosis_words = {w for w in plain(diagnosis).split() if len(w) > 3}
+    # The diagnosis and any abbreviation it gives in parentheses ("... encephalopathy (PML)") are each a name.
+    names = [re.sub(r"\([^()]*\)", " ", diagnosis), *re.findall(r"\(([^()]+)\)", diagnosis)]
+    name_words = [{w for w in plain(name).split() if len(w) > 3 or name != names[0]} for name in names]
 
     def names_it(fragment: str) -> bool:
-        shared = diagnosis_words & set(plain(fragment).split())
-        return bool(shared) and len(shared) >= len(diagnosis_words) / 2
+        words = set(plain(fragment).split())
+        return any(wanted and len(wanted & words) >= len(wanted) / 2 for wanted in name_words)
 
     removed: list[str] = []
     kept_lines = []
