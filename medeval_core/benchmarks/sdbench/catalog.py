@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,10 +45,38 @@ _MODALITIES = {
     "fluoroscopy": "fluoroscopy", "barium": "fluoroscopy", "angiography": "angiography", "angiogram":
     "angiography",
 }
-_IMAGING_WORDS = frozenset(_MODALITIES) | {"imaging", "scan"}
+_IMAGING_WORDS = frozenset(_MODALITIES) | {"imaging", "scan", "ray"}
 _PROCEDURE_WORDS = frozenset({"biopsy", "scopy", "endoscopy", "puncture", "aspiration", "aspirate", "centesis",
                               "ecg", "ekg", "eeg", "emg", "electrocardiogram", "conduction", "spirometry",
                               "audiometry", "consult", "study"})
+
+
+_vector_cache: dict[str, Any] = {}
+_vector_lock = threading.Lock()
+VECTOR_CACHE_SIZE = 50_000
+
+
+def embed(texts: Sequence[str]) -> Any:
+    """Unit vectors of ``texts`` (``medeval_core.embeddings.encode``), remembered per text: the same test names
+    and questions recur across cases, and each encoder call has a fixed cost, so only unseen texts are encoded,
+    together in one call."""
+    import numpy as np
+
+    from medeval_core.embeddings import DIMENSIONS, encode
+
+    with _vector_lock:
+        missing = list(dict.fromkeys(text for text in texts if text not in _vector_cache))
+    if missing:
+        vectors = encode(missing)
+        with _vector_lock:
+            if len(_vector_cache) + len(missing) > VECTOR_CACHE_SIZE:
+                _vector_cache.clear()
+            _vector_cache.update(zip(missing, vectors, strict=True))
+    with _vector_lock:
+        found = [_vector_cache[text] for text in texts if text in _vector_cache]
+    if len(found) < len(texts):  # cleared meanwhile by another thread: encode them all
+        return encode(list(texts))
+    return np.stack(found) if found else np.zeros((0, DIMENSIONS), dtype=np.float32)
 
 
 class CatalogError(ValueError):
@@ -88,7 +117,7 @@ def modalities(text: str) -> frozenset[str]:
 
 
 def guess_kind(text: str) -> Kind:
-    words = set(plain(text).split())
+    words = {_singular(word) for word in plain(text).split()}
     if words & _IMAGING_WORDS or modalities(text):
         return "imaging"
     if words & _PROCEDURE_WORDS or any(w.endswith(("scopy", "centesis", "graphy")) for w in words):
@@ -136,7 +165,7 @@ class TestCatalog:
             for name in (entry.name, *entry.aliases):
                 self._by_key.setdefault(name_key(name), entry)
                 self._names.append((name, entry))
-        self._index: object | None = None
+        self._vectors: Any = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -146,13 +175,11 @@ class TestCatalog:
         """The entry whose name or alias has the same word set as ``name``."""
         return self._by_key.get(name_key(name))
 
-    def _embedding_index(self) -> object:
-        from medeval_core.embeddings import EmbeddingIndex
-
+    def _name_vectors(self) -> Any:
         with self._lock:
-            if self._index is None:
-                self._index = EmbeddingIndex([name for name, _ in self._names])
-            return self._index
+            if self._vectors is None:
+                self._vectors = embed([name for name, _ in self._names])
+            return self._vectors
 
     def match(self, name: str, threshold: float = EMBEDDING_THRESHOLD) -> CatalogMatch | None:
         """``name`` as a catalogue entry: exactly, else the most similar name at or above ``threshold`` whose
@@ -160,16 +187,15 @@ class TestCatalog:
         entry = self.exact(name)
         if entry is not None:
             return CatalogMatch(entry=entry, method="alias", matched=entry.name)
-        from medeval_core.embeddings import EmbeddingIndex
-
-        index = self._embedding_index()
-        assert isinstance(index, EmbeddingIndex)
+        scores = self._name_vectors() @ embed([name])[0]
         wanted = modalities(name)
-        for found in index.search(name, threshold=threshold, limit=5):
-            candidate_name, candidate = self._names[found.index]
+        for index in sorted(range(len(self._names)), key=lambda i: -float(scores[i]))[:5]:
+            if float(scores[index]) < threshold:
+                break
+            candidate_name, candidate = self._names[index]
             if modalities(candidate_name) == wanted or modalities(candidate.name) == wanted:
                 return CatalogMatch(entry=candidate, method="embedding", matched=candidate_name,
-                                    similarity=found.similarity)
+                                    similarity=float(scores[index]))
         return None
 
 

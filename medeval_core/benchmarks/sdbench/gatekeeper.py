@@ -2,8 +2,9 @@
 
 The gatekeeper answers each question or test order of a turn from the case, as chart text:
 - *offline* (the default when no chat model serves the ``gatekeeper`` role), for structured cases: an order is
-  matched to the case's tests (same name or catalogue alias, a panel's component, or sentence-embedding
-  similarity above a threshold, never across imaging modalities or between two different catalogue tests) and
+  matched to the case's tests (same name or catalogue alias, a panel's component, a name the catalogue lacks taken
+  for a catalogue test by embedding, or sentence-embedding similarity to the case's test names above a threshold,
+  never across imaging modalities or between two different catalogue tests) and
   answered with the case's own text: REAL; a test the case lacks gets the catalogue's normal-range result:
   SYNTHETIC. A question is matched to the history and examination sentences the same way.
 - *LLM*: the chat model reads the full case under the ``sdbench_gatekeeper_system`` prompt (the paper's rules) and
@@ -24,14 +25,27 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from medeval_core.benchmarks.sdbench.cases import SDBenchCase
-from medeval_core.benchmarks.sdbench.catalog import TestCatalog, guess_kind, is_vague, modalities, name_key, plain
+from medeval_core.benchmarks.sdbench.catalog import (
+    TestCatalog,
+    embed,
+    guess_kind,
+    is_vague,
+    modalities,
+    name_key,
+    plain,
+)
 from medeval_core.benchmarks.sdbench.costing import VISIT_PRICE, Pricer, TestPrice
 from medeval_core.interaction import EpisodeError, Step
 
 Source = Literal["REAL", "SYNTHETIC", "REFUSED"]
 TEST_THRESHOLD = 0.72
-"""Cosine similarity at or above which an ordered test is taken for one of the case's tests (when no catalogue
-entry decides); chosen on the shared cases (README, SDBench notes)."""
+"""Cosine similarity at or above which an ordered test is taken for one of the case's tests by name alone (when
+no catalogue entry decides); on the shared cases it matches no absent test (bench/sdbench_gatekeeper_bench.py)."""
+CATALOG_HOP_THRESHOLD = 0.70
+"""Cosine similarity at or above which an ordered name the catalogue lacks is taken for a catalogue test, to find
+that test in the case under another of its names; 0.70 on the shared cases: 87.6 % of synonyms outside the
+catalogue found, no absent test falsely matched beyond a panel's own component (bench/sdbench_gatekeeper_bench.py;
+0.60 finds 93.8 % but answers "carboxyhemoglobin" with the hemoglobin)."""
 QUESTION_THRESHOLD = 0.45
 """Cosine similarity at or above which a history or examination sentence answers a question."""
 MAX_SENTENCES = 2
@@ -159,6 +173,11 @@ class Gatekeeper(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+class _Scored(BaseModel):
+    index: int
+    similarity: float
+
+
 class _Candidate(BaseModel):
     label: str
     text: str
@@ -180,7 +199,8 @@ class OfflineGatekeeper:
     name = "offline"
 
     def __init__(self, case: SDBenchCase, catalog: TestCatalog, test_threshold: float = TEST_THRESHOLD,
-                 question_threshold: float = QUESTION_THRESHOLD) -> None:
+                 question_threshold: float = QUESTION_THRESHOLD,
+                 catalog_threshold: float = CATALOG_HOP_THRESHOLD) -> None:
         if case.findings is None:
             raise EpisodeError(f"Case {case.case_id} has no structured findings, so the offline gatekeeper cannot "
                                "answer it; run it with --gatekeeper llm.")
@@ -188,6 +208,7 @@ class OfflineGatekeeper:
         self.catalog = catalog
         self.test_threshold = test_threshold
         self.question_threshold = question_threshold
+        self.catalog_threshold = catalog_threshold
         findings = case.findings
         self.tests = [_Candidate(label=name, text=text) for name, text in findings.tests.items()]
         self.components = [c for name, text in findings.tests.items() for c in _panel_components(name, text)]
@@ -201,11 +222,21 @@ class OfflineGatekeeper:
 
     def describe(self) -> dict[str, Any]:
         return {"gatekeeper": self.name, "test_threshold": self.test_threshold,
-                "question_threshold": self.question_threshold, "catalog_entries": len(self.catalog)}
+                "question_threshold": self.question_threshold, "catalog_threshold": self.catalog_threshold,
+                "catalog_entries": len(self.catalog)}
 
     def answer(self, kind: Literal["questions", "tests"], requests: Sequence[str]) -> list[Answer]:
-        answer_one = self._test if kind == "tests" else self._question
-        return [answer_one(request) for request in requests]
+        if kind == "questions":
+            return [self._question(request) for request in requests]
+        # One encoder call per turn: requests that need the embedding fallback are encoded together.
+        answers: list[Answer | None] = [self._exact_test(request) for request in requests]
+        pending = [i for i, found in enumerate(answers) if found is None]
+        vectors = embed([requests[i] for i in pending]) if pending and (self.tests or self.components) else None
+        for row, i in enumerate(pending):
+            request = requests[i]
+            vector = None if vectors is None else vectors[row]
+            answers[i] = self._via_catalog(request) or self._similar(request, vector) or self._synthetic(request)
+        return [answer for answer in answers if answer is not None]
 
     # Tests -----------------------------------------------------------------------------------------------------
 
@@ -218,7 +249,8 @@ class OfflineGatekeeper:
         return Answer(request=request, text=text, source="REAL", matched=matched,
                       similarity=None if similarity is None else round(similarity, 4), withheld=withheld)
 
-    def _test(self, request: str) -> Answer:
+    def _exact_test(self, request: str) -> Answer | None:
+        """The answer found without embeddings: the same name, a refusal, or the same catalogue test."""
         key = name_key(request)
         for group in (self.tests, self.components):
             for candidate in group:
@@ -227,34 +259,51 @@ class OfflineGatekeeper:
         if is_vague(request):
             return Answer(request=request, text=REFUSAL.format(request=request), source="REFUSED")
         wanted = self.catalog.exact(request)
-        for group in (self.tests, self.components):
-            if wanted is not None:
+        if wanted is not None:
+            for group in (self.tests, self.components):
                 for candidate in group:
                     if self.catalog.exact(candidate.label) == wanted:
                         return self._real(request, candidate)
-        found = self._similar(request, wanted)
-        if found is not None:
-            return found
-        return self._synthetic(request)
+        return None
 
-    def _similar(self, request: str, wanted: Any) -> Answer | None:
+    def _via_catalog(self, request: str) -> Answer | None:
+        """A name the catalogue lacks, taken for a catalogue test by embedding, that the case has under another
+        of that test's names ("full blood picture" -> complete blood count -> the case's "CBC")."""
+        if self.catalog.exact(request) is not None:
+            return None
+        via = self.catalog.match(request, threshold=self.catalog_threshold)
+        if via is None:
+            return None
+        for group in (self.tests, self.components):
+            for candidate in group:
+                if self.catalog.exact(candidate.label) == via.entry:
+                    return self._real(request, candidate, via.similarity)
+        return None
+
+    def _similar(self, request: str, vector: Any = None) -> Answer | None:
+        wanted = self.catalog.exact(request)
+        if wanted is None:
+            via = self.catalog.match(request, threshold=self.catalog_threshold)
+            wanted = via.entry if via is not None else None
         candidates = self.tests + self.components
         if not candidates:
             return None
         if self._test_index is None:
-            from medeval_core.embeddings import EmbeddingIndex
-
-            self._test_index = EmbeddingIndex([c.label for c in candidates])
+            self._test_index = embed([c.label for c in candidates])
+        scores = self._test_index @ (vector if vector is not None else embed([request])[0])
         request_modalities = modalities(request)
-        for match in self._test_index.search(request, threshold=self.test_threshold, limit=5):
-            candidate = candidates[match.index]
+        ranked = sorted(range(len(candidates)), key=lambda i: -float(scores[i]))[:5]
+        for index in ranked:
+            if float(scores[index]) < self.test_threshold:
+                break
+            candidate = candidates[index]
             known = self.catalog.exact(candidate.label)
             if wanted is not None and known is not None and known != wanted:
                 continue  # two different catalogue tests (chest X-ray is not chest CT)
             label_modalities = modalities(candidate.label) | modalities(candidate.parent or "")
             if request_modalities != label_modalities and (request_modalities or label_modalities):
                 continue
-            return self._real(request, candidate, match.similarity)
+            return self._real(request, candidate, float(scores[index]))
         return None
 
     def _synthetic(self, request: str) -> Answer:
@@ -277,10 +326,11 @@ class OfflineGatekeeper:
         if not self.sentences:
             return Answer(request=request, text=NOT_REPORTED, source="SYNTHETIC")
         if self._sentence_index is None:
-            from medeval_core.embeddings import EmbeddingIndex
-
-            self._sentence_index = EmbeddingIndex([f"{c.label}: {c.text}" for c in self.sentences])
-        found = self._sentence_index.search(request, threshold=self.question_threshold, limit=MAX_SENTENCES)
+            self._sentence_index = embed([f"{c.label}: {c.text}" for c in self.sentences])
+        scores = self._sentence_index @ embed([request])[0]
+        best = sorted(range(len(self.sentences)), key=lambda i: -float(scores[i]))[:MAX_SENTENCES]
+        found = [_Scored(index=i, similarity=float(scores[i])) for i in best
+                 if float(scores[i]) >= self.question_threshold]
         if not found:
             text = EXAM_NORMAL if _EXAM_WORDS.search(request) else NOT_REPORTED
             return Answer(request=request, text=text, source="SYNTHETIC")
