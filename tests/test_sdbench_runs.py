@@ -106,6 +106,17 @@ def test_replayed_transcripts_offline(tmp_path, capsys, cases_file, data_dir):
     judgements = store.judgements(run_id="sd-replay")
     assert {j.judge_name for j in judgements} == {"sdbench-offline-judge"} and len(judgements) == 4
 
+    # the runs page shows the summary like any benchmark's
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    runs_page = str(Path(__file__).resolve().parent.parent / "views" / "runs.py")
+    app = AppTest.from_file(runs_page, default_timeout=120).run()
+    assert not app.exception, app.exception
+    shown = app.table[0].value
+    assert "accuracy (sdbench-offline-judge)" in shown.index and "mean cost per case ($)" in shown.index
+
 
 def test_errored_and_incomplete_cases_are_flagged_and_kept_out(tmp_path, capsys, cases_file):
     cases = cases_of(cases_file)
