@@ -243,3 +243,21 @@ def test_the_price_cache_migration_keeps_an_existing_databases_rows(tmp_path):
     assert store.cached_price("m", "offline", "cbc") == {"price": 1.0}
     with create_engine(url).connect() as connection:
         assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+
+
+def test_turn_cap_budget_repetitions_and_workers(tmp_path, capsys, cases_file):
+    cases = cases_of(cases_file)
+    actions = write_jsonl(tmp_path / "actions.jsonl", transcripts(cases))
+    capped = run_json(capsys, "--cases", str(cases_file), "--agent", "replay", "--actions", str(actions),
+                      "--max-turns", "1", "--repetitions", "2", "--workers", "2", "--run-id", "sd-cap")
+    assert capped["summary"]["counts"] == {"expected": 8, "done": 8, "failed": 0, "pending": 0}
+    store = context.current_store()
+    for result in store.results("sd-cap"):
+        turns = store.turns("sd-cap", result.case_id, result.repetition)
+        assert [t.action for t in turns] == ["start", "questions", "diagnosis"]  # the cap moved it to its diagnosis
+        assert result.metrics["offline_judge_score"] == 5 and result.metrics["cost"] == 300
+    budget = run_json(capsys, "--cases", str(cases_file), "--agent", "replay", "--actions", str(actions),
+                      "--max-cost", "300", "--limit", "1", "--run-id", "sd-budget")
+    (result,) = store.results("sd-budget")
+    assert [t.action for t in store.turns("sd-budget", result.case_id)] == ["start", "questions", "diagnosis"]
+    assert budget["summary"]["counts"]["done"] == 1
