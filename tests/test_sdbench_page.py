@@ -139,3 +139,40 @@ def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Pa
     screenshot = artifacts_dir / "sdbench_walkthrough.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
+
+
+def test_llm_walkthrough_restores_stored_answers_without_asking_again(monkeypatch, data_dir):
+    import json
+
+    from medeval_core.benchmarks.sdbench import walkthrough as wt
+    from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
+
+    def model(request: RecordedRequest) -> Reply:
+        messages = request.body["messages"]
+        if messages[0]["content"].startswith("You grade"):
+            return Reply(content=json.dumps({"score": 4, "reasoning": "Core disease right."}))
+        asked = [line.split(". ", 1)[1] for line in messages[-1]["content"].splitlines()[1:]]
+        return Reply(content=json.dumps({"results": [{"request": r, "result": f"{r}: normal.", "source": "SYNTHETIC"}
+                                                     for r in asked]}))
+
+    with FakeOpenAI(model) as server:
+        for role in ("GATEKEEPER", "SDBENCH_JUDGE"):
+            monkeypatch.setenv(f"MEDEVAL_{role}_BASE_URL", server.url)
+            monkeypatch.setenv(f"MEDEVAL_{role}_MODEL", "fake")
+        context.reset()
+        settings, store = context.current_settings(), context.current_store()
+        source = wt.case_sources(settings)["AgentClinic MedQA"]
+        walk_id = wt.start(store, settings, source, "agentclinic-0001")
+        walk = wt.load(store, settings, walk_id)
+        assert walk.params.gatekeeper == "llm" and walk.params.judge == "llm"
+        wt.act(walk, "tests", "Serum lipase")
+        assert len(server.chat_requests()) == 1
+        again = wt.load(store, settings, walk_id)  # a reload: the stored answer comes back, no new request
+        assert [row.answer for row in wt.timeline(again, reveal=False)] == ["Serum lipase: normal."]
+        assert len(server.chat_requests()) == 1
+        wt.act(again, "tests", "TSH")
+        history = server.chat_requests()[1].body["messages"]
+        assert "Serum lipase: normal." in history[2]["content"]  # the restored exchange is in the conversation
+        wt.act(again, "diagnosis", "Myasthenia gravis")
+        assert again.result is not None and again.result.metrics["llm_judge_score"] == 4
+        assert store.get_run(walk_id).status == RunStatus.COMPLETED

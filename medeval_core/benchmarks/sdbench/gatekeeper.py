@@ -378,10 +378,21 @@ class LLMGatekeeper:
         answered = iter(self._ask(kind, asked) if asked else [])
         return [refused[i] if i in refused else next(answered) for i in range(len(requests))]
 
-    def _ask(self, kind: str, requests: Sequence[str]) -> list[Answer]:
+    @staticmethod
+    def _request_message(kind: str, requests: Sequence[str]) -> dict[str, str]:
         label = "Test orders" if kind == "tests" else "Questions"
         body = "\n".join(f"{n}. {r}" for n, r in enumerate(requests, start=1))
-        self.messages.append({"role": "user", "content": f"{label}:\n{body}"})
+        return {"role": "user", "content": f"{label}:\n{body}"}
+
+    def remember(self, kind: str, answers: Sequence[Answer]) -> None:
+        """An exchange answered before (a restored walkthrough), kept in the conversation so that later synthetic
+        results stay consistent with it."""
+        self.messages.append(self._request_message(kind, [a.request for a in answers]))
+        results = [{"request": a.request, "result": a.text, "source": a.source} for a in answers]
+        self.messages.append({"role": "assistant", "content": json.dumps({"results": results})})
+
+    def _ask(self, kind: str, requests: Sequence[str]) -> list[Answer]:
+        self.messages.append(self._request_message(kind, requests))
         problem = ""
         for _ in range(self.max_invalid + 1):
             reply = self.backend.complete(self.messages, on_call=self.on_call, role="gatekeeper")

@@ -41,6 +41,7 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
     CaseEnvironment,
     Diagnosis,
     Gatekeeper,
+    LLMGatekeeper,
     Questions,
     Tests,
 )
@@ -118,7 +119,12 @@ class _Restoring:
         self.stored = stored
 
     def answer(self, kind: Literal["questions", "tests"], requests: Sequence[str]) -> list[Answer]:
-        return self.stored.pop(0) if self.stored else self.live.answer(kind, requests)
+        if not self.stored:
+            return self.live.answer(kind, requests)
+        answers = self.stored.pop(0)
+        if isinstance(self.live, LLMGatekeeper):
+            self.live.remember(kind, answers)
+        return answers
 
     def describe(self) -> dict[str, Any]:
         return self.live.describe()
