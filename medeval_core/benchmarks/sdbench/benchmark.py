@@ -38,7 +38,6 @@ from medeval_core.benchmarks.sdbench import (
     SPEC,
 )
 from medeval_core.benchmarks.sdbench.agents import (
-    PERSON,
     ActionsFileError,
     Agent,
     IncompleteEpisode,
@@ -498,4 +497,4 @@ def default_prices(settings: Settings) -> Path:
         raise BenchmarkError(f"{exc} Or give a price table with --prices.") from None
 
 
-__all__ = ["PERSON", "SDBenchBenchmark", "SDBenchOutput", "SDBenchParams", "default_prices"]
+__all__ = ["SDBenchBenchmark", "SDBenchOutput", "SDBenchParams", "default_prices"]

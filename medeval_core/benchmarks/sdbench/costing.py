@@ -141,9 +141,6 @@ class CostBreakdown(BaseModel):
                 "tests_estimated": sum(t.estimated for t in self.tests)}
 
 
-TurnKind = Literal["questions", "tests", "diagnosis"]
-
-
 def visit_count(turn_kinds: Sequence[str]) -> int:
     """Physician visits: each maximal run of consecutive question turns is one visit (a test order ends it)."""
     visits = 0

@@ -158,7 +158,7 @@ class Walkthrough:
         return SDBenchOutput.model_validate(self.result.output) if self.result is not None else None
 
 
-def _open(store: Store, settings: Settings, session: Session, params: SDBenchParams, record_start: bool) -> Walkthrough:
+def _open(settings: Settings, session: Session, params: SDBenchParams, record_start: bool) -> Walkthrough:
     try:
         res = _benchmark().resources(params, settings)
     except BenchmarkError as exc:
@@ -202,7 +202,7 @@ def start(store: Store, settings: Settings, cases: Path, case_id: str) -> str:
     """Open a walkthrough session on one case; returns its id (a run id). The summary is stored as turn 0."""
     params = page_params(settings, cases, case_id)
     session = Session.open(store, settings, BENCHMARK, params, case_id, label=f"Walkthrough {case_id}")
-    _open(store, settings, session, params, record_start=True)
+    _open(settings, session, params, record_start=True)
     return session.run_id
 
 
@@ -213,7 +213,7 @@ def load(store: Store, settings: Settings, walkthrough_id: str) -> Walkthrough:
     except SessionError:
         raise WalkthroughError(f"No walkthrough {walkthrough_id!r} is stored; start a new one.") from None
     params = SDBenchParams.model_validate(session.config.params)
-    return _open(store, settings, session, params, record_start=False)
+    return _open(settings, session, params, record_start=False)
 
 
 def act(walk: Walkthrough, mode: Mode, text: str) -> None:
