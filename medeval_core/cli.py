@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "medeval_core.commands.data",
     "medeval_core.commands.annotation",
     "medeval_core.commands.serve",
+    "medeval_core.benchmarks.sdbench.cli",
 )
 
 

@@ -49,12 +49,15 @@ class OpenAIChatBackend:
         max_attempts: int = 5,
         retry_initial_s: float = 1.0,
         retry_max_s: float = 30.0,
+        request_options: dict[str, Any] | None = None,
     ) -> None:
         self.base_url = base_url
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.seed = seed
+        self.request_options = dict(request_options or {})
+        """Merged into every request (a run's ``--model-args``: reasoning effort, top_p...)."""
         self._client = CompletionClient(base_url, model, api_key_env, ChatBackendError, timeout_s=timeout_s,
                                         max_attempts=max_attempts, retry_initial_s=retry_initial_s,
                                         retry_max_s=retry_max_s)
@@ -62,12 +65,13 @@ class OpenAIChatBackend:
     def complete(self, messages: Sequence[Message], on_call: CallRecorder | None = None,
                  role: str = "chat") -> str:
         extra: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
-        return self._client.complete(list(messages), role=role, on_call=on_call, temperature=self.temperature,
-                                     max_tokens=self.max_tokens, **extra)
+        request = {"temperature": self.temperature, "max_tokens": self.max_tokens, **extra, **self.request_options}
+        return self._client.complete(list(messages), role=role, on_call=on_call, **request)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "base_url": self.base_url,
-                "temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed}
+                "temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed,
+                **({"request_options": self.request_options} if self.request_options else {})}
 
 
 def make_chat_backend(choice: BackendChoice, **options: Any) -> ChatBackend:

@@ -195,6 +195,20 @@ class RunWorkerRow(SQLModel, table=True):
     finished_at: datetime | None = None
 
 
+class TestPriceRow(SQLModel, table=True):
+    """A priced test name (SDBench costing), cached per (method, model, name) so that re-costing reuses it."""
+
+    __tablename__ = "test_prices"
+    __table_args__ = (UniqueConstraint("method", "model", "name", name="uq_test_price"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    method: str
+    model: str
+    name: str
+    price: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utc_now)
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -679,6 +693,22 @@ class Store:
         with self.session() as session:
             return list(session.exec(statement))
 
+    def cached_price(self, method: str, model: str, name: str) -> dict[str, Any] | None:
+        statement = select(TestPriceRow.price).where(TestPriceRow.method == method, TestPriceRow.model == model,
+                                                     TestPriceRow.name == name)
+        with self.session() as session:
+            found = session.exec(statement).first()
+        return dict(found) if found is not None else None
+
+    def cache_price(self, method: str, model: str, name: str, price: dict[str, Any]) -> None:
+        """Keep a test's price; a price another worker cached first for the same key stands."""
+        with self._write_lock, self.session() as session:
+            session.add(TestPriceRow(method=method, model=model, name=name, price=price))
+            try:
+                session.commit()
+            except IntegrityError:
+                session.rollback()
+
     def counts(self) -> dict[str, int]:
         """Row counts per table, for the sidebar's store status."""
         tables = {"runs": RunRow, "case_results": CaseResultRow, "judgements": JudgementRow,
@@ -794,8 +824,8 @@ def new_run_id(benchmark: str) -> str:
 
 __all__ = [
     "HOST", "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
-    "RunRow", "RunWorkerRow", "Store", "StoreError", "TurnRow", "make_engine", "new_run_id", "open_store",
-    "redact_url", "upgrade",
+    "RunRow", "RunWorkerRow", "Store", "StoreError", "TestPriceRow", "TurnRow", "make_engine", "new_run_id",
+    "open_store", "redact_url", "upgrade",
 ]
 
 # The annotation tables join SQLModel's metadata here, so every Store creates and checks them.

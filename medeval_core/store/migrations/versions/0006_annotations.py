@@ -3,7 +3,7 @@ sessions and processes), tasks, their items and assignments; ``annotations.super
 answer it replaces (answers are appended, never overwritten).
 
 Revision ID: 0006_annotations
-Revises: 0004_model_backends
+Revises: 0005_sdbench_test_prices
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006_annotations"
-down_revision = "0004_model_backends"
+down_revision = "0005_sdbench_test_prices"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,40 @@
+"""SDBench-style sequential diagnosis (Nori et al., arXiv 2506.22405; design.md §3.3): an agent asks questions and
+orders tests of a gatekeeper until it commits a diagnosis, which a judge scores 1-5 against the reference, and
+every visit and test is priced.
+
+This module holds the benchmark's spec only (light: no model, pandas or embedding imports), so that the CLI and the
+app start fast; ``benchmark.py`` is imported when an SDBench run is built.
+"""
+
+from __future__ import annotations
+
+from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
+
+GATEKEEPER_ROLE = "gatekeeper"
+JUDGE_ROLE = "sdbench-judge"
+AGENT_ROLE = "chat"
+PRICING_ROLE = "sdbench-pricing"
+
+SPEC = BenchmarkSpec(
+    name="sdbench",
+    title="SDBench sequential diagnosis",
+    description="An agent asks questions and orders tests of a gatekeeper until it commits a diagnosis; a judge "
+                "scores it 1-5 (4-5 correct) and each visit and test is priced: accuracy against cost per case.",
+    factory="medeval_core.benchmarks.sdbench.benchmark:SDBenchBenchmark",
+    cli="medeval_core.benchmarks.sdbench.cli:CLI",
+    pages=(PageInfo(
+        path="views/sdbench_walkthrough.py", title="SDBench walkthrough", icon=":material/labs:",
+        section="Benchmarks", url_path="sdbench",
+        description="Read a case summary, ask the gatekeeper questions and order tests with their running cost, "
+                    "commit a diagnosis and see the judge's score, the reference and the findings you never asked "
+                    "for.",
+    ),),
+    model_roles=(
+        ModelRole(name=AGENT_ROLE, description="the chat model of the SDBench baseline agent (--agent llm)"),
+        ModelRole(name=GATEKEEPER_ROLE, description="the SDBench LLM gatekeeper (--gatekeeper llm)"),
+        ModelRole(name=JUDGE_ROLE, description="the SDBench 1-5 diagnosis judge (--judge llm)"),
+        ModelRole(name=PRICING_ROLE, description="estimates the price of tests the alias table cannot map"),
+    ),
+    judges=("sdbench-llm-judge", "sdbench-offline-judge"),
+    data_sources=("agentclinic", "costing", "sdbench"),
+)
