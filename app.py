@@ -1,9 +1,10 @@
-"""medeval: navigation and the global status sidebar. Pages live in views/ and are listed by
+"""medeval: navigation and the global status sidebar. Pages live in pages/ and are listed by
 medeval_core/catalog.py (the core pages plus each benchmark spec's pages); every action they take is one call into
 medeval_core.
 
-The folder is not called pages/: Streamlit treats a pages/ folder beside the entry point as a legacy multipage
-app until st.navigation has run once, so a cold deep link (e.g. /runs) would open the page without this shell.
+Streamlit treats a pages/ folder beside the entry point as a legacy multipage app until st.navigation has run
+once, so under a plain `streamlit run` a cold deep link (e.g. /runs) would open the page without this shell: the app
+is served by `python -m medeval_core serve` (what `make run` calls), which turns that mode off first.
 """
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The Annotate page (views/annotate.py) on a pairwise task of N items (default 158, the SkinGPT-R1 clinician study):
+"""The Annotate page (pages/annotate.py) on a pairwise task of N items (default 158, the SkinGPT-R1 clinician study):
 how long building the task takes, and how long one judgement click takes to come back rendered.
 
 A fresh SQLite file gets two DDI responses runs of N cases each (imported through ``judge ddi --responses`` with the
@@ -66,7 +66,7 @@ def main() -> None:
                                       tasks.Assignment(annotators=["dr.ada", "dr.bo"], per_item=2), "bench", seed=1)
     built = time.perf_counter() - started
 
-    app = AppTest.from_file(str(REPO_ROOT / "views" / "annotate.py"), default_timeout=60).run()
+    app = AppTest.from_file(str(REPO_ROOT / "pages" / "annotate.py"), default_timeout=60).run()
     app.text_input[0].input("dr.ada")
     app.text_input[1].input("dr.ada-bench-passcode")
     app.button[0].click().run()

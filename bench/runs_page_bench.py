@@ -1,4 +1,4 @@
-"""The batch-runs page (views/runs.py) on a run of 10,000 results: its first run and its warm rerun.
+"""The batch-runs page (pages/runs.py) on a run of 10,000 results: its first run and its warm rerun.
 
 A fresh SQLite file holds one run of N results (default 10,000: 2,500 cases x 4 repetitions, three metrics, a
 small output each, 2 % failed with an error); ``--runs 2`` adds a second run on the same cases, so the page's
@@ -8,7 +8,7 @@ reruns (what every widget click or the 2 s progress refresh costs). Wall and CPU
 of the reruns, and of the first runs over ``--processes`` children.
 
 With ``--baseline DIR`` (a checkout of another version, e.g. ``git worktree add /tmp/medeval-base 6a1c789``) the
-same is measured there, side by side: the child runs with ``PYTHONPATH=DIR`` and drives ``DIR/views/runs.py``
+same is measured there, side by side: the child runs with ``PYTHONPATH=DIR`` and drives ``DIR/pages/runs.py``
 against a database of the same content created by that checkout's own store code (rows inserted through its
 ``CaseResultRow`` model in one transaction), and the ratio baseline / this checkout is printed.
 Target: the warm rerun <= 1 s.
@@ -81,7 +81,7 @@ def child(checkout: Path, n_results: int, n_runs: int, reruns: int) -> dict[str,
 
         from streamlit.testing.v1 import AppTest
 
-        app = AppTest.from_file(str(checkout / "views" / "runs.py"), default_timeout=600)
+        app = AppTest.from_file(str(checkout / "pages" / "runs.py"), default_timeout=600)
 
         def run() -> None:
             app.run()
@@ -130,7 +130,7 @@ def main() -> int:
     if args.baseline is not None:
         sides[f"baseline {args.baseline}"] = args.baseline.resolve()
     figures = {name: _side(checkout, args) for name, checkout in sides.items()}
-    print(f"views/runs.py, {args.runs} run(s) of {args.results:,} results, AppTest; best of {args.reruns} reruns "
+    print(f"pages/runs.py, {args.runs} run(s) of {args.results:,} results, AppTest; best of {args.reruns} reruns "
           f"x {args.processes} processes")
     for name, f in figures.items():
         print(f"  {name:<32} first run {f['first_wall_s']:.3f} s wall / {f['first_cpu_s']:.3f} s CPU; "

@@ -8,31 +8,31 @@ from medeval_core import registry
 from medeval_core.registry import PageInfo
 
 HOME = PageInfo(
-    path="views/home.py", title="Home", icon=":material/home:", section="medeval", url_path="home",
+    path="pages/home.py", title="Home", icon=":material/home:", section="medeval", url_path="home",
     description="What medeval does, the state of the store, the data sources and the model backends.",
 )
 
 RUNS = PageInfo(
-    path="views/runs.py", title="Batch runs", icon=":material/monitoring:", section="Runs", url_path="runs",
+    path="pages/runs.py", title="Batch runs", icon=":material/monitoring:", section="Runs", url_path="runs",
     description="Every run with its status and headline metric; watch, resume and cancel; per-case table and "
                 "drill-down; plots across runs; compare two runs with paired tests; HTML report and exports.",
 )
 
 ANNOTATE = PageInfo(
-    path="views/annotate.py", title="Annotate", icon=":material/rate_review:", section="Annotation",
+    path="pages/annotate.py", title="Annotate", icon=":material/rate_review:", section="Annotation",
     url_path="annotate",
     description="Sign in and work through your queue: blinded pairwise preferences, simulated-patient answer "
                 "ratings and judge reviews, one click per judgement.",
 )
 
 ANNOTATION_TASKS = PageInfo(
-    path="views/annotation_tasks.py", title="Annotation tasks", icon=":material/assignment:", section="Annotation",
+    path="pages/annotation_tasks.py", title="Annotation tasks", icon=":material/assignment:", section="Annotation",
     url_path="annotation-tasks",
     description="Administrators: build annotation tasks from stored runs and assign them with overlap.",
 )
 
 ANNOTATION_RESULTS = PageInfo(
-    path="views/annotation_results.py", title="Annotation results", icon=":material/fact_check:",
+    path="pages/annotation_results.py", title="Annotation results", icon=":material/fact_check:",
     section="Annotation", url_path="annotation-results",
     description="Administrators: win rates with Wilson intervals, agreement (Cohen's kappa, Krippendorff's alpha), "
                 "judge-versus-clinician agreement, patient-answer ratings, CSV export.",
@@ -44,13 +44,13 @@ ANNOTATOR_PAGES: tuple[PageInfo, ...] = (ANNOTATE,)
 
 
 NEW_RUN = PageInfo(
-    path="views/new_run.py", title="New run", icon=":material/play_circle:", section="Runs", url_path="new-run",
+    path="pages/new_run.py", title="New run", icon=":material/play_circle:", section="Runs", url_path="new-run",
     description="Launch a batch run of any benchmark from a form built from its parameters; it is validated, "
                 "estimated and its endpoints checked first, then it runs in a worker process outside the page.",
 )
 
 MODELS = PageInfo(
-    path="views/models.py", title="Models", icon=":material/neurology:", section="medeval", url_path="models",
+    path="pages/models.py", title="Models", icon=":material/neurology:", section="medeval", url_path="models",
     description="Register model backends per role (an OpenAI-compatible endpoint, or a local Qwen2.5-VL "
                 "checkpoint), test each with one request, and choose the default per role.",
 )

@@ -17,7 +17,7 @@ from medeval_core.store import Store
 from tests.conftest import free_port
 from tests.fake_openai import FakeOpenAI, Reply
 
-NEW_RUN_PAGE = str(Path(__file__).resolve().parent.parent / "views" / "new_run.py")
+NEW_RUN_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "new_run.py")
 
 
 def test_form_fields_carry_defaults_limits_help_and_data_suggestions(data_dir: Path) -> None:

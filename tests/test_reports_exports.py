@@ -23,7 +23,7 @@ from medeval_core.store import model_backends as registry
 from tests.fake_openai import FakeOpenAI, Reply
 
 REPO = Path(__file__).resolve().parent.parent
-MODELS_PAGE = str(REPO / "views" / "models.py")
+MODELS_PAGE = str(REPO / "pages" / "models.py")
 HOSTILE = ["=HYPERLINK(\"http://x\")", "+1+2", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"]
 
 
@@ -123,7 +123,7 @@ def test_sessions_are_listed_apart_with_response_and_verdict(isolated_store: str
     assert (lesion.image, lesion.response, lesion.verdict) == ("mole.png", "Melanoma.", "correct")
     assert lesion.reopen_page is None  # the lesion page keeps no session in its URL: reopened in the drill-down
     assert (walkthrough.run_id, walkthrough.reopen_page, walkthrough.reopen_query) == (
-        "w1", "views/ddxplus_walkthrough.py", "walkthrough")
+        "w1", "pages/ddxplus_walkthrough.py", "walkthrough")
     assert [r.id for r in results.run_listings(store, store.list_runs(), {})] == ["w1", "s1"]
 
 

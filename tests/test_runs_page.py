@@ -12,7 +12,7 @@ from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 
-RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "views" / "runs.py")
+RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
 
 
 def result(run: str, case: str, correct: bool, score: float) -> CaseResult:

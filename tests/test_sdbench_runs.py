@@ -111,7 +111,7 @@ def test_replayed_transcripts_offline(tmp_path, capsys, cases_file, data_dir):
 
     from streamlit.testing.v1 import AppTest
 
-    runs_page = str(Path(__file__).resolve().parent.parent / "views" / "runs.py")
+    runs_page = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
     app = AppTest.from_file(runs_page, default_timeout=120).run()
     assert not app.exception, app.exception
     shown = app.table[0].value

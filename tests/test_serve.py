@@ -1,9 +1,9 @@
 """``python -m medeval_core serve`` keeps a cold deep link inside the app shell even beside a ``pages/`` folder.
 
-The app is copied to a temporary folder with a top-level ``pages/`` folder added (what the card's layout will
-have). Under a plain ``streamlit run`` that folder switches the first request of the process to Streamlit's legacy
-multipage mode; ``serve`` turns that off before the server starts. Both servers get a deep link as their very first
-request, in headless Chromium.
+The app, whose page scripts live in a top-level ``pages/`` folder as the card names it, is copied to a temporary
+folder with one more script in ``pages/`` that no navigation lists. Under a plain ``streamlit run`` that folder
+switches the first request of the process to Streamlit's legacy multipage mode; ``serve`` turns that off before the
+server starts. Both servers get a deep link as their very first request, in headless Chromium.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ def app_with_pages_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "app"
     folder.mkdir()
     shutil.copy(REPO_ROOT / "app.py", folder / "app.py")
-    for name in ("views", ".streamlit", "assets"):
+    for name in ("pages", ".streamlit", "assets"):
         shutil.copytree(REPO_ROOT / name, folder / name)
-    (folder / "pages").mkdir()
     (folder / "pages" / "legacy_page.py").write_text('import streamlit as st\n\nst.title("Legacy pages folder")\n')
     return folder
 

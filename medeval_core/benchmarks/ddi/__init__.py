@@ -18,7 +18,7 @@ SPEC = BenchmarkSpec(
     cli="medeval_core.benchmarks.ddi.cli:CLI",
     pages=(
         PageInfo(
-            path="views/lesion_diagnosis.py", title="Lesion diagnosis", icon=":material/dermatology:",
+            path="pages/lesion_diagnosis.py", title="Lesion diagnosis", icon=":material/dermatology:",
             section="Benchmarks", url_path="lesion",
             description="Upload a skin-lesion image, run the tested vision-language model with the DDI or 23-label "
                         "prompts, and see the final diagnosis and the judge's verdict; or judge a pasted answer from "

@@ -17,7 +17,7 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.dynamicare.benchmark:DynamicareBenchmark",
     cli="medeval_core.benchmarks.dynamicare.cli:CLI",
     pages=(PageInfo(
-        path="views/open_diagnosis_walkthrough.py", title="Open diagnosis walkthrough",
+        path="pages/open_diagnosis_walkthrough.py", title="Open diagnosis walkthrough",
         icon=":material/medical_information:", section="Benchmarks", url_path="open-diagnosis",
         description="Question a patient simulated from a record, rank diagnoses, check and correct each one's "
                     "ICD-9 code, then see Hit@K / Rec@K and the codes matched.",

@@ -17,7 +17,7 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.mediq.benchmark:MediqBenchmark",
     cli="medeval_core.benchmarks.mediq.cli:CLI",
     pages=(PageInfo(
-        path="views/mediq_walkthrough.py", title="MEDIQ walkthrough", icon=":material/quiz:",
+        path="pages/mediq_walkthrough.py", title="MEDIQ walkthrough", icon=":material/quiz:",
         section="Benchmarks", url_path="mediq",
         description="Ask a MEDIQ patient questions, choose an option, then see the answer, the facts you never "
                     "uncovered and what the LLM expert would have asked.",

@@ -23,7 +23,7 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.sdbench.benchmark:SDBenchBenchmark",
     cli="medeval_core.benchmarks.sdbench.cli:CLI",
     pages=(PageInfo(
-        path="views/sdbench_walkthrough.py", title="SDBench walkthrough", icon=":material/labs:",
+        path="pages/sdbench_walkthrough.py", title="SDBench walkthrough", icon=":material/labs:",
         section="Benchmarks", url_path="sdbench",
         description="Read a case summary, ask the gatekeeper questions and order tests with their running cost, "
                     "commit a diagnosis and see the judge's score, the reference and the findings you never asked "
