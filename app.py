@@ -22,7 +22,6 @@ st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", lay
 st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
 
 
-
 def serve_queue_only() -> bool:
     try:
         return queue_only(current_store())

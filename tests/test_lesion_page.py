@@ -270,10 +270,12 @@ def test_a_slow_evaluation_shows_its_stage_and_cancel_stops_it_in_chromium(
         page.get_by_role("button", name="Cancel").click()
         page.get_by_text("The evaluation was cancelled").wait_for(timeout=15_000)
         assert time.monotonic() - started < 15  # not the model's 60 s
-    # The interrupted script stores the failure at its next progress update (half a second at most), which may
-    # come just after the new run has drawn the page.
-    store = Store(f"sqlite:///{database}")
-    deadline = time.monotonic() + 5
-    while (run := store.list_runs(benchmark="ddi")[0]).status == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert run.status == "failed" and run.error == CANCELLED
+        # The interrupted script stores the failure at its next progress update (half a second at most), which may
+        # come just after the new run has drawn the page. Checked while the model still holds its answer: once the
+        # fake server stops, the pending request is answered at once and would race the interruption.
+        store = Store(f"sqlite:///{database}")
+        deadline = time.monotonic() + 5
+        while (run := store.list_runs(benchmark="ddi")[0]).status == "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert run.status == "failed" and run.error == CANCELLED
+        assert all(call.answered_at is None for call in server.chat_requests())  # stopped before the model answered

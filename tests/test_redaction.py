@@ -58,7 +58,8 @@ def test_a_401_echoing_the_key_leaves_no_trace_in_the_database_logs_or_exports(
         root.removeHandler(handler)
         root.setLevel(previous_level)
     output = capsys.readouterr()
-    assert code == 0 and sent and all(KEY in header for header in sent)  # the key was really used
+    # Every judgement failed on the 401, so the run is failed and the command says so with exit status 1.
+    assert code == 1 and sent and all(KEY in header for header in sent)  # the key was really used
     store = context.current_store()
     errors = [r.error for r in store.results("leaky")] + [j.error for j in store.judgements(run_id="leaky")]
     assert errors and all(error and "401" in error and REDACTED in error for error in errors)
