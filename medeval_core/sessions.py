@@ -120,10 +120,14 @@ class Session:
     def result(self) -> CaseResult | None:
         return self.store.result(self.run_id, self.case_id, REPETITION)
 
+    def finished_result(self) -> CaseResult | None:
+        """The session's result when it finished well; a failed attempt is no result (the page may try again)."""
+        found = self.result()
+        return found if found is not None and found.ok else None
+
     @property
     def finished(self) -> bool:
-        found = self.result()
-        return found is not None and found.ok
+        return self.finished_result() is not None
 
     def finish(self, outcome: CaseOutcome, summary: Mapping[str, Any] | None = None) -> CaseResult:
         """Store the session's result (once: a finished session keeps its first result) and close the run."""

@@ -170,11 +170,9 @@ def load(store: Store, res: Resources, walkthrough_id: str, settings: Settings |
     episode = open_episode(consultation, session.context(), record_intake=False)
     turns = session.turns()
     episode.restore([(t.actor, Ask(code=t.payload["root"])) for t in turns if t.action == "ask"])
-    result = session.result()
-    if result is not None and result.ok:
+    result = session.finished_result()
+    if result is not None:
         episode.done = True
-    else:
-        result = None
     return Walkthrough(id=walkthrough_id, patient=patient, session=session, consultation=consultation,
                        episode=episode, result=result)
 

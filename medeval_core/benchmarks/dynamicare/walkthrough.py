@@ -133,11 +133,9 @@ def load(store: Store, settings: Settings, walkthrough_id: str) -> Walkthrough:
                                 max_questions=params.max_questions)
     episode = open_episode(consultation, context, record_start=False)
     episode.restore([(t.actor, Ask(text=t.payload["question"])) for t in session.turns() if t.action == "question"])
-    result = session.result()
-    if result is not None and result.ok:
+    result = session.finished_result()
+    if result is not None:
         episode.done = True
-    else:
-        result = None
     return Walkthrough(id=walkthrough_id, record=record, session=session, consultation=consultation,
                        episode=episode, result=result)
 

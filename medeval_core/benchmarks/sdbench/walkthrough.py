@@ -177,11 +177,9 @@ def _open(settings: Settings, session: Session, params: SDBenchParams, record_st
     episode = open_episode(environment, ctx, Limits()) if record_start else _quiet_episode(environment, ctx)
     episode.restore([(t.actor, _action_of(t.action, t.payload)) for t in turns
                      if t.action in ("questions", "tests")])
-    result = session.result()
-    if result is not None and result.ok:
+    result = session.finished_result()
+    if result is not None:
         episode.done = True
-    else:
-        result = None
     return Walkthrough(id=session.run_id, case=case, params=params, session=session, environment=environment,
                        episode=episode, result=result)
 
