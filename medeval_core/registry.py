@@ -38,6 +38,7 @@ class ModelRole(BaseModel):
 
     name: str
     description: str
+    title: str = Field(default="", description="how the sidebar and the Models page name the role (else its name)")
 
 
 class BenchmarkSpec(BaseModel):
@@ -119,6 +120,16 @@ def data_sources() -> dict[str, list[str]]:
         for source in item.data_sources:
             sources.setdefault(source, []).append(item.name)
     return sources
+
+
+def role_titles() -> dict[str, str]:
+    """Role name -> its title, as the first spec that gives one names it."""
+    titles: dict[str, str] = {}
+    for item in specs().values():
+        for role in item.model_roles:
+            if role.title:
+                titles.setdefault(role.name, role.title)
+    return titles
 
 
 def model_roles() -> dict[str, list[str]]:

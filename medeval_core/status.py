@@ -29,7 +29,6 @@ class BackendStatus(BaseModel):
     hint: str
 
 
-ROLE_NAMES = {"vlm": "Vision-language model", "judge": "DDI judge", "chat": "Chat agent model"}
 ROLE_HINTS = {
     "vlm": "Set MEDEVAL_VLM_BACKEND=transformers and MEDEVAL_VLM_MODEL=/path/to/checkpoint, "
            "or MEDEVAL_VLM_BASE_URL=http://host:port/v1 with MEDEVAL_VLM_MODEL for an OpenAI-compatible server.",
@@ -59,7 +58,7 @@ def role_hint(role: str) -> str:
 def backend_status(role: str, choice: BackendChoice, used_by: list[str] | None = None) -> BackendStatus:
     needs_key = choice.backend == "openai"
     return BackendStatus(
-        role=ROLE_NAMES.get(role, role),
+        role=registry.role_titles().get(role, role),
         used_by=", ".join(used_by or []),
         backend=choice.backend,
         # The offline judge is rules, not a model: showing the LLM judge's model name would mislead.

@@ -65,11 +65,14 @@ def test_any_role_can_be_configured_from_the_environment_alone() -> None:
     nobody = settings.role("patient")
     assert nobody.backend == "none" and not nobody.configured and nobody.api_key_env == "MEDEVAL_PATIENT_API_KEY"
     rows = {row.role: row for row in backends_status(settings)}
-    assert rows["gatekeeper"].configured and rows["gatekeeper"].model == "gpt-gatekeeper"
-    assert rows["gatekeeper"].api_key_env == "MEDEVAL_GATEKEEPER_API_KEY"
+    # Each role is shown by the title its benchmark spec gives it.
+    assert rows["SDBench gatekeeper"].configured and rows["SDBench gatekeeper"].model == "gpt-gatekeeper"
+    assert rows["SDBench gatekeeper"].api_key_env == "MEDEVAL_GATEKEEPER_API_KEY"
     unconfigured = {row.role: row for row in backends_status(load_settings({}))}
     # A role a benchmark spec declares (SDBench's gatekeeper) is listed unconfigured; one nobody declares is not.
-    assert not unconfigured["gatekeeper"].configured and "tutor" not in unconfigured
+    assert not unconfigured["SDBench gatekeeper"].configured and "tutor" not in unconfigured
+    assert {"Vision-language model", "DDI judge", "Chat agent model", "MEDIQ expert", "Simulated patient",
+            "Open-diagnosis doctor", "ICD-9 coder", "SDBench judge", "Test pricing model"} <= set(unconfigured)
     assert settings.settings_hash() != load_settings({}).settings_hash()
 
 

@@ -26,10 +26,12 @@ SPEC = BenchmarkSpec(
         ),
     ),
     model_roles=(
-        ModelRole(name="vlm", description="the tested vision-language model (Qwen2.5-VL checkpoint or an "
-                                          "OpenAI-compatible vision endpoint)"),
-        ModelRole(name="judge", description="the DDI judge (an OpenAI-compatible chat endpoint; offline rules "
-                                            "when none is configured)"),
+        ModelRole(name="vlm", title="Vision-language model",
+                  description="the tested vision-language model (Qwen2.5-VL checkpoint or an "
+                              "OpenAI-compatible vision endpoint)"),
+        ModelRole(name="judge", title="DDI judge",
+                  description="the DDI judge (an OpenAI-compatible chat endpoint; offline rules "
+                              "when none is configured)"),
     ),
     judges=("ddi-llm", "offline-rules"),
     data_sources=("ddi", "lesions"),

@@ -33,6 +33,7 @@ SPEC = BenchmarkSpec(
                     "metrics, the ground truth beside yours and the evidences you missed; ask what the KB-Bayes "
                     "agent would do.",
     ),),
-    model_roles=(ModelRole(name="chat", description="the chat model of the DDXPlus LLM agent (--agent llm)"),),
+    model_roles=(ModelRole(name="chat", title="Chat agent model",
+                           description="the chat model of the DDXPlus LLM agent (--agent llm)"),),
     data_sources=("ddxplus",),
 )

@@ -22,7 +22,9 @@ SPEC = BenchmarkSpec(
         description="Question a patient simulated from a record, rank diagnoses, check and correct each one's "
                     "ICD-9 code, then see Hit@K / Rec@K and the codes matched.",
     ),),
-    model_roles=(ModelRole(name="doctor", description="the open-diagnosis LLM doctor and the DynamiCare team"),
-                 ModelRole(name="coder", description="the ICD-9 mapper's choice within the shortlist (--mapper llm)")),
+    model_roles=(ModelRole(name="doctor", title="Open-diagnosis doctor",
+                           description="the open-diagnosis LLM doctor and the DynamiCare team"),
+                 ModelRole(name="coder", title="ICD-9 coder",
+                           description="the ICD-9 mapper's choice within the shortlist (--mapper llm)")),
     data_sources=("agentclinic",),
 )

@@ -22,8 +22,9 @@ SPEC = BenchmarkSpec(
         description="Ask a MEDIQ patient questions, choose an option, then see the answer, the facts you never "
                     "uncovered and what the LLM expert would have asked.",
     ),),
-    model_roles=(ModelRole(name="expert", description="the MEDIQ LLM expert (--expert llm)"),
-                 ModelRole(name="patient", description="the LLM patient of MEDIQ and open diagnosis "
-                                                       "(--patient llm)")),
+    model_roles=(ModelRole(name="expert", title="MEDIQ expert", description="the MEDIQ LLM expert (--expert llm)"),
+                 ModelRole(name="patient", title="Simulated patient",
+                           description="the LLM patient of MEDIQ and open diagnosis "
+                                       "(--patient llm)")),
     data_sources=("mediq",),
 )
