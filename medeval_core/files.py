@@ -1,12 +1,17 @@
-"""Reading the project's files: JSON with one readable error per failure (whose remedy the caller words), and
-large text files in blocks of whole lines for the bulk readers."""
+"""Reading the project's files: JSON with one readable error per failure (whose remedy the caller words), JSON
+Lines case files whose bad lines are skipped and reported by number, and large text files in blocks of whole lines
+for the bulk readers."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+T = TypeVar("T")
 
 
 def read_json(path: Path, error: type[Exception], missing: str, invalid: str) -> Any:
@@ -17,6 +22,53 @@ def read_json(path: Path, error: type[Exception], missing: str, invalid: str) ->
         raise error(f"{path} {missing}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{path} {invalid} ({exc})") from None
+
+
+class SkippedLine(BaseModel):
+    """A line of an input file that was left out, and why."""
+
+    line: int
+    reason: str
+
+
+def read_json_lines(path: Path, error: type[Exception], missing: str, parse: Callable[[Any], T],
+                    key: Callable[[T], str], duplicate: str, nothing_valid: str,
+                    limit: int | None = None) -> tuple[list[T], list[SkippedLine]]:
+    """The items ``parse`` makes of the non-blank lines of ``path`` (at most ``limit``), and the lines skipped: not
+    JSON, refused by ``parse`` (its ``ValueError`` is the reason) or repeating an earlier ``key`` (the reason is
+    ``duplicate`` with ``{key}`` filled in). Raises ``error`` saying "<path> <missing>" for a missing file, that it
+    cannot be read, or "<path> has <nothing_valid>" (with the first skipped line) when no line is kept."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise error(f"{path} {missing}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"Cannot read {path} ({exc}); give a UTF-8 JSON Lines file.") from None
+    items: list[T] = []
+    skipped: list[SkippedLine] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = parse(json.loads(line))
+        except json.JSONDecodeError as exc:
+            skipped.append(SkippedLine(line=number, reason=f"not valid JSON ({exc.msg})"))
+            continue
+        except ValueError as exc:
+            skipped.append(SkippedLine(line=number, reason=str(exc)))
+            continue
+        if key(item) in seen:
+            skipped.append(SkippedLine(line=number, reason=duplicate.format(key=key(item))))
+            continue
+        seen.add(key(item))
+        items.append(item)
+        if limit is not None and len(items) >= limit:
+            break
+    if not items:
+        first = f" ({skipped[0].reason} on line {skipped[0].line})" if skipped else ""
+        raise error(f"{path} has {nothing_valid}{first}.")
+    return items, skipped
 
 
 class TextSource(Protocol):

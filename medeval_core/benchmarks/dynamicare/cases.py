@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from medeval_core.files import SkippedLine, read_json_lines
 from medeval_core.icd9 import Icd9Mapper, category, display_code, normalise_code
 from medeval_core.records import Case
 
@@ -76,15 +77,10 @@ def _flatten(value: Any, path: tuple[str, ...]) -> Iterator[tuple[str, str]]:
         yield " / ".join(path), str(value).strip()
 
 
-class SkippedRecord(BaseModel):
-    line: int
-    reason: str
-
-
 class RecordSet(BaseModel):
     path: str
     records: list[PatientRecord]
-    skipped: list[SkippedRecord] = Field(default_factory=list)
+    skipped: list[SkippedLine] = Field(default_factory=list)
 
     def summary(self) -> str:
         text = f"{len(self.records)} records loaded from {Path(self.path).name}"
@@ -133,43 +129,17 @@ def parse_record(raw: Any, source: str = "") -> PatientRecord:
 
 def load_records(path: str | Path, limit: int | None = None) -> RecordSet:
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise RecordFileError(f"{path} does not exist; give a records JSON Lines file (see `python -m medeval_core "
-                              "import-agentclinic --help` to make one from AgentClinic).") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordFileError(f"Cannot read {path} ({exc}); give a UTF-8 JSON Lines file.") from None
-    records: list[PatientRecord] = []
-    skipped: list[SkippedRecord] = []
-    seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            patient = parse_record(json.loads(line), source=path.name)
-        except json.JSONDecodeError as exc:
-            skipped.append(SkippedRecord(line=number, reason=f"not valid JSON ({exc.msg})"))
-            continue
-        except ValueError as exc:
-            skipped.append(SkippedRecord(line=number, reason=str(exc)))
-            continue
-        if patient.case_id in seen:
-            skipped.append(SkippedRecord(line=number, reason=f"case_id {patient.case_id} appears earlier"))
-            continue
-        seen.add(patient.case_id)
-        records.append(patient)
-        if limit is not None and len(records) >= limit:
-            break
-    if not records:
-        first = f" ({skipped[0].reason} on line {skipped[0].line})" if skipped else ""
-        raise RecordFileError(f"{path} has no valid records{first}.")
+    records, skipped = read_json_lines(
+        path, RecordFileError, "does not exist; give a records JSON Lines file (see `python -m medeval_core "
+        "import-agentclinic --help` to make one from AgentClinic).", lambda raw: parse_record(raw, source=path.name),
+        lambda patient: patient.case_id, duplicate="case_id {key} appears earlier", nothing_valid="no valid records",
+        limit=limit)
     return RecordSet(path=str(path), records=records, skipped=skipped)
 
 
 class ImportReport(BaseModel):
     written: int
-    skipped: list[SkippedRecord] = Field(default_factory=list)
+    skipped: list[SkippedLine] = Field(default_factory=list)
     mappings: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -228,13 +198,13 @@ def load_agentclinic(path: Path, mapper: Icd9Mapper, limit: int | None = None) -
     """An AgentClinic file read as records directly (each diagnosis mapped now), cases that cannot be mapped
     reported by line."""
     records: list[PatientRecord] = []
-    skipped: list[SkippedRecord] = []
+    skipped: list[SkippedLine] = []
     for number, raw in agentclinic_lines(path):
         try:
             line, _ = agentclinic_record(raw, f"agentclinic-{path.stem}-{number}", mapper)
             records.append(parse_record(line, source=path.name))
         except ValueError as exc:
-            skipped.append(SkippedRecord(line=number, reason=str(exc)))
+            skipped.append(SkippedLine(line=number, reason=str(exc)))
         if limit is not None and len(records) >= limit:
             break
     if not records:
@@ -267,10 +237,10 @@ def import_agentclinic(sources: list[tuple[str, Path]], out: Path, mapper: Icd9M
             try:
                 line, made = agentclinic_record(json.loads(text), f"{prefix}-{number}", mapper)
             except json.JSONDecodeError as exc:
-                report.skipped.append(SkippedRecord(line=number, reason=f"{path.name}: not valid JSON ({exc.msg})"))
+                report.skipped.append(SkippedLine(line=number, reason=f"{path.name}: not valid JSON ({exc.msg})"))
                 continue
             except ValueError as exc:
-                report.skipped.append(SkippedRecord(line=number, reason=f"{path.name}: {exc}"))
+                report.skipped.append(SkippedLine(line=number, reason=f"{path.name}: {exc}"))
                 continue
             lines.append(json.dumps(line, ensure_ascii=False))
             report.mappings.append(made)

@@ -9,12 +9,12 @@ facts); ``initial_info`` (when present) replaces ``context[0]`` as what the expe
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from medeval_core.files import SkippedLine, read_json_lines
 from medeval_core.records import Case
 
 OPTION_LETTERS = ("A", "B", "C", "D")
@@ -47,15 +47,10 @@ class MediqCase(Case):
         return self.answer != self.correct_option
 
 
-class SkippedRow(BaseModel):
-    line: int
-    reason: str
-
-
 class MediqCases(BaseModel):
     path: str
     cases: list[MediqCase]
-    skipped: list[SkippedRow] = Field(default_factory=list)
+    skipped: list[SkippedLine] = Field(default_factory=list)
 
     def summary(self) -> str:
         text = f"{len(self.cases)} cases loaded from {Path(self.path).name}"
@@ -118,35 +113,8 @@ def parse_row(row: object) -> MediqCase:
 def load_cases(path: str | Path, limit: int | None = None) -> MediqCases:
     """Every valid row of a MEDIQ JSON Lines file (first ``limit`` valid rows); bad rows are reported by line."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise MediqFileError(f"{path} does not exist; give a MEDIQ JSON Lines file (e.g. "
-                             "MEDEVAL_DATA_DIR/mediq/imedqa_sample200.jsonl).") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MediqFileError(f"Cannot read {path} ({exc}); give a UTF-8 JSON Lines file.") from None
-    cases: list[MediqCase] = []
-    skipped: list[SkippedRow] = []
-    seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            case = parse_row(json.loads(line))
-        except json.JSONDecodeError as exc:
-            skipped.append(SkippedRow(line=number, reason=f"not valid JSON ({exc.msg})"))
-            continue
-        except ValueError as exc:
-            skipped.append(SkippedRow(line=number, reason=str(exc)))
-            continue
-        if case.case_id in seen:
-            skipped.append(SkippedRow(line=number, reason=f"id {case.case_id} appears earlier in the file"))
-            continue
-        seen.add(case.case_id)
-        cases.append(case)
-        if limit is not None and len(cases) >= limit:
-            break
-    if not cases:
-        raise MediqFileError(f"{path} has no valid MEDIQ rows" + (f" ({skipped[0].reason} on line {skipped[0].line})"
-                                                                  if skipped else "") + ".")
+    cases, skipped = read_json_lines(
+        path, MediqFileError, "does not exist; give a MEDIQ JSON Lines file (e.g. "
+        "MEDEVAL_DATA_DIR/mediq/imedqa_sample200.jsonl).", parse_row, lambda case: case.case_id,
+        duplicate="id {key} appears earlier in the file", nothing_valid="no valid MEDIQ rows", limit=limit)
     return MediqCases(path=str(path), cases=cases, skipped=skipped)

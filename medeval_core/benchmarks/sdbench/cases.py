@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from medeval_core.files import SkippedLine
 from medeval_core.records import Case
 
 SPLITS_DEFAULT = "test"
@@ -86,16 +87,11 @@ class SDBenchCase(Case):
         return {"id": self.case_id, **self.model_dump(mode="json", exclude={"case_id"}, exclude_none=True)}
 
 
-class Skipped(BaseModel):
-    line: int
-    reason: str
-
-
 class ReadReport(BaseModel):
     """What an importer kept and what it skipped, by line number."""
 
     cases: list[SDBenchCase]
-    skipped: list[Skipped] = Field(default_factory=list)
+    skipped: list[SkippedLine] = Field(default_factory=list)
 
     def summary(self) -> str:
         kept = f"{len(self.cases)} cases kept"
@@ -190,7 +186,7 @@ def read_case_rows(path: str | Path) -> ReadReport:
             problem = f"field 'id': {case.case_id!r} appears on an earlier line"
             case = None
         if case is None:
-            report.skipped.append(Skipped(line=number, reason=problem or "invalid"))
+            report.skipped.append(SkippedLine(line=number, reason=problem or "invalid"))
             continue
         seen.add(case.case_id)
         report.cases.append(case)
@@ -369,7 +365,7 @@ def import_agentclinic(path: str | Path, split: str = SPLITS_DEFAULT) -> ReadRep
                     continue
                 except (ValueError, ValidationError) as exc:
                     problem = _problem(exc) if isinstance(exc, ValidationError) else str(exc)
-        report.skipped.append(Skipped(line=number, reason=problem))
+        report.skipped.append(SkippedLine(line=number, reason=problem))
     return report
 
 
