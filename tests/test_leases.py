@@ -87,12 +87,18 @@ def test_concurrent_claims_never_overlap(db_url: str) -> None:
     store = Store(db_url)
     keys = queued_run(store, 300)
     claimed: dict[str, list[str]] = {}
+    # Every worker has made its first claim before any goes on: without it one thread could drain the queue before
+    # the others start, and the test would not exercise overlapping claims at all.
+    all_started = threading.Barrier(6)
 
     def claim_all(name: str) -> None:
         mine = claimed.setdefault(name, [])
         own = Store(db_url)  # a store (and pool) per thread, as separate processes would have
-        while batch := own.claim_cases("r", name, 7, lease_s=30):
+        batch = own.claim_cases("r", name, 7, lease_s=30)
+        all_started.wait(timeout=60)
+        while batch:
             mine.extend(case_id for _, case_id, _ in batch)
+            batch = own.claim_cases("r", name, 7, lease_s=30)
         own.engine.dispose()
 
     threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(6)]
