@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, TypeVar, overload
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -47,6 +48,66 @@ class Case(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     case_id: str
+
+
+C = TypeVar("C", bound=Case)
+
+
+class CaseList(Sequence[C], Generic[C]):
+    """Cases whose ids are known before any case is built: the runner queues and claims ids and builds a case only
+    when it runs it. A benchmark with many cases returns one from ``cases`` so that a run starts without building
+    every case first (DDXPlus's 134,529 patients cost about half a second as objects)."""
+
+    def __init__(self, ids: Sequence[str], build: Callable[[int], C]) -> None:
+        """``build(i)``: the case at position ``i``, whose ``case_id`` is ``ids[i]``."""
+        self.ids = list(ids)
+        self._build = build
+        self._position: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> C: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[C]: ...
+
+    def __getitem__(self, index: int | slice) -> C | list[C]:
+        if isinstance(index, slice):
+            return [self._build(i) for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError("case index out of range")
+        return self._build(index % len(self))
+
+    def find(self, case_id: str) -> C | None:
+        if self._position is None:
+            self._position = {case_id: i for i, case_id in enumerate(self.ids)}
+        position = self._position.get(case_id)
+        return None if position is None else self._build(position)
+
+    def keeping(self, keep: Callable[[str], bool]) -> CaseList[C]:
+        """The cases whose id ``keep`` accepts, in order, still unbuilt."""
+        positions = [i for i, case_id in enumerate(self.ids) if keep(case_id)]
+        return CaseList([self.ids[i] for i in positions], lambda i: self._build(positions[i]))
+
+
+def case_ids(cases: Sequence[Case]) -> list[str]:
+    """The cases' ids in order, without building the cases of a ``CaseList``."""
+    return cases.ids if isinstance(cases, CaseList) else [case.case_id for case in cases]
+
+
+def case_finder(cases: Sequence[C]) -> Callable[[str], C | None]:
+    """Case id -> the case (None when it is not among ``cases``), building a ``CaseList``'s case on demand."""
+    if isinstance(cases, CaseList):
+        return cases.find
+    return {case.case_id: case for case in cases}.get
+
+
+def cases_keeping(cases: Sequence[C], keep: Callable[[str], bool]) -> Sequence[C]:
+    """The cases whose id ``keep`` accepts, in order (a ``CaseList`` stays unbuilt)."""
+    if isinstance(cases, CaseList):
+        return cases.keeping(keep)
+    return [case for case in cases if keep(case.case_id)]
 
 
 class CaseOutcome(BaseModel):

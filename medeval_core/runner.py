@@ -39,6 +39,8 @@ from medeval_core.records import (
     CaseResult,
     CaseStatus,
     RunStatus,
+    case_finder,
+    case_ids,
     utc_now,
 )
 from medeval_core.redaction import redact
@@ -158,7 +160,7 @@ class _Claims:
         self.runner = runner
         self.run_id = run_id
         self.worker_id = worker_id
-        self.by_id = {case.case_id: case for case in cases}
+        self.find = case_finder(cases)
         self.tally = tally
         self.lease_of: dict[tuple[str, int], int] = {}
         self._queue: deque[tuple[str, int]] = deque()
@@ -277,14 +279,15 @@ class BatchRunner:
         """(case id, repetition, claim group) in run order; a group is one solver group of one repetition, and a
         case the solver does not group is a group of its own (a negative number), so every case is claimable."""
         group = self.claim_group
+        ids = case_ids(cases)
         for rep in range(repetitions):
-            for position, case in enumerate(cases):
+            for position, case_id in enumerate(ids):
                 if group is None:
-                    yield case.case_id, rep, None
+                    yield case_id, rep, None
                     continue
-                index = group(case.case_id)
-                yield case.case_id, rep, (index * repetitions + rep if index is not None
-                                          else -(rep * len(cases) + position + 1))
+                index = group(case_id)
+                yield case_id, rep, (index * repetitions + rep if index is not None
+                                     else -(rep * len(ids) + position + 1))
 
     def _final(self, run_id: str, total: int, cancelled: bool,
                final_summary: FinalSummary | None) -> dict[str, Any]:
@@ -388,7 +391,7 @@ class BatchRunner:
         started = utc_now()
         ctx = RecordingContext(run_id, case_id, repetition, self.settings, self.models)
         try:
-            case = claims.by_id.get(case_id)
+            case = claims.find(case_id)
             if case is None:
                 raise LookupError(f"case {case_id} is in the run's queue but not among the cases this worker "
                                   "loaded; its inputs differ from the run's")

@@ -30,6 +30,7 @@ from medeval_core.records import (
     RunConfig,
     RunKind,
     RunStatus,
+    cases_keeping,
     utc_now,
 )
 from medeval_core.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, RunReport
@@ -245,9 +246,8 @@ def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequ
     ``lease_s``: the runner's lease time, when not its default."""
     repetitions = int(getattr(params, "repetitions", 1))
     finished = store.finished_keys(run_id)
-    todo: Sequence[Case] = (list(cases) if not finished else
-                            [case for case in cases
-                             if any((case.case_id, rep) not in finished for rep in range(repetitions))])
+    todo = cases if not finished else cases_keeping(
+        cases, lambda case_id: any((case_id, rep) not in finished for rep in range(repetitions)))
     solver = benchmark.solver(params, settings, todo)
     run_case = _case_function(solver, benchmark.scorers(params, settings))
     runner = BatchRunner(store, settings, workers=workers or int(getattr(params, "workers", 1)),

@@ -96,6 +96,22 @@ def test_cases_in_bulk_are_the_validated_patients(kb):
         cases[0].age = 3  # type: ignore[misc]
 
 
+def test_case_list_builds_each_patient_as_the_bulk_cases_do(kb):
+    """A run's cases (``PatientSet.case_list``): ids known up front, each patient built when asked, equal to the
+    bulk-built and to the validated patient; selection and lookup by id build nothing else."""
+    patients = load_patients(sample_csv(), kb)
+    cases, lazy = patients.cases(), patients.case_list()
+    assert len(lazy) == len(cases) and lazy.ids == [case.case_id for case in cases]
+    assert [lazy[i] for i in range(len(lazy))] == cases and lazy[-1] == cases[-1] and lazy[2:5] == cases[2:5]
+    assert lazy[7] == patients.patient(7) and hash(lazy[7]) == hash(patients.patient(7))
+    with pytest.raises(IndexError):
+        lazy[len(lazy)]
+    assert lazy.find(cases[9].case_id) == cases[9] and lazy.find("row-999999") is None
+    odd = lazy.keeping(lambda case_id: int(case_id.removeprefix("row-")) % 2 == 1)
+    assert list(odd) == [case for case in cases if case.row % 2 == 1]
+    assert odd.find(cases[2].case_id) is None and odd.find(cases[3].case_id) == cases[3]
+
+
 def test_malformed_rows_are_skipped_and_counted(tmp_path, kb):
     rows = [
         GOOD,

@@ -18,7 +18,7 @@ import importlib
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,29 +221,6 @@ def _agent_key(name: str, kb_dir: str, train: str | None, settings: Settings, pa
             json.dumps(dict(params), sort_keys=True, default=str), settings.settings_hash())
 
 
-class _PlannedCases(Sequence[DDXPlusPatient]):
-    """The planned patients as cases, built (in bulk) on first use: a summary, which reads the patient set
-    itself, never builds them."""
-
-    def __init__(self, patients: PatientSet) -> None:
-        self._patients = patients
-        self._built: list[DDXPlusPatient] | None = None
-
-    def _all(self) -> list[DDXPlusPatient]:
-        if self._built is None:
-            self._built = self._patients.cases()
-        return self._built
-
-    def __len__(self) -> int:
-        return len(self._patients)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[DDXPlusPatient]:
-        return iter(self._all())
-
-
 class _ConsultSolver:
     def __init__(self, kb: KnowledgeBase, agent: DDXPlusAgent) -> None:
         self.kb = kb
@@ -320,7 +297,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         return files
 
     def cases(self, params: DDXPlusParams, settings: Settings) -> Sequence[DDXPlusPatient]:
-        return _PlannedCases(self.patient_set(params))
+        return self.patient_set(params).case_list()
 
     def agent(self, params: DDXPlusParams, settings: Settings) -> DDXPlusAgent:
         return _agent_for(params.agent, params.kb, params.train, settings, params.agent_params)

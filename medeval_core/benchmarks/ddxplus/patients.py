@@ -46,7 +46,7 @@ from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
 from medeval_core.files import text_blocks
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.ddxplus import Entries, GroundTruth
-from medeval_core.records import Case
+from medeval_core.records import Case, CaseList
 
 REQUIRED_COLUMNS = ("AGE", "DIFFERENTIAL_DIAGNOSIS", "SEX", "PATHOLOGY", "EVIDENCES", "INITIAL_EVIDENCE")
 SEXES = ("M", "F")
@@ -386,6 +386,18 @@ class PatientSet:
                         subset.rows.tolist(), subset.age.tolist(), subset.sex.tolist(), subset.pathology.tolist(),
                         subset.initial_root.tolist(), subset.evidences.all(), subset.differential_pairs.all(),
                         strict=True)]
+
+    def case_list(self) -> CaseList[DDXPlusPatient]:
+        """The patients as cases built one at a time when the runner reaches them (as ``cases`` builds them):
+        a run over the 134,529-patient split starts without building them all."""
+        names, roots = self.kb.pathology_names, self.kb.roots
+
+        def build(i: int) -> DDXPlusPatient:
+            return _patient_record(int(self.rows[i]), int(self.age[i]), str(self.sex[i]),
+                                   names[int(self.pathology[i])], roots[int(self.initial_root[i])],
+                                   self.evidences[i], self.differential_pairs[i])
+
+        return CaseList([f"row-{row}" for row in self.rows.tolist()], build)
 
     def subset(self, positions: Sequence[int] | np.ndarray) -> PatientSet:
         index = np.asarray(positions, dtype=np.int64)
