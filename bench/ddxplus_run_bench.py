@@ -21,7 +21,9 @@ Run: MEDEVAL_DATA_DIR=../shared/data python bench/ddxplus_run_bench.py [--patien
 Quick check: --patients 5000 --agent-patients 2000. The closing figures are at the full 134,529.
 Fixed cost alone: --fixed-cost-only [--repeat 3] starts the run, waits for its first committed result, reads
 that result's ``started_at`` and stops the process (no agent-alone part, no store check); prints each try and
-the best.
+the best, twice: with a cold parse cache (a fresh empty ``MEDEVAL_CACHE_DIR`` per try: the patients file is
+parsed, and its parse written to the cache) and with a warm one (the cache filled by an untimed run first: the
+file is hashed and its parse read back). The full run's fixed cost is a cold one.
 """
 
 from __future__ import annotations
@@ -133,11 +135,15 @@ def check_store(db: Path, total: int) -> dict[str, float]:
             "last_finish": max(_stamp(row[5]) for row in results)}
 
 
+def run_env(data_dir: Path, db: Path, cache: Path) -> dict[str, str]:
+    return {**os.environ, "MEDEVAL_DB_URL": f"sqlite:///{db}", "MEDEVAL_DATA_DIR": str(data_dir),
+            "MEDEVAL_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+
+
 def bench_run(data_dir: Path, sample: Path, big: Path, total: int, folder: Path, workers: int) -> dict[str, float]:
     db = folder / "run.db"
     db.unlink(missing_ok=True)
-    env = {**os.environ, "MEDEVAL_DB_URL": f"sqlite:///{db}", "MEDEVAL_DATA_DIR": str(data_dir),
-           "PYTHONPATH": str(ROOT)}
+    env = run_env(data_dir, db, Path(tempfile.mkdtemp(prefix="cold-cache-", dir=folder)))
     command = [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--agent", "kb-bayes", "--train",
                str(sample), "--patients", str(big), "--workers", str(workers), "--json"]
     print(f"full run: {' '.join(command[1:])} (fresh SQLite file, {workers} worker(s))")
@@ -176,35 +182,45 @@ def _first_start(db: Path) -> float | None:
     return _stamp(row[0]) if row and row[0] else None
 
 
-def bench_fixed(data_dir: Path, sample: Path, big: Path, folder: Path, workers: int, repeat: int) -> float:
-    """Process start to the first case's ``started_at``, ``repeat`` times (the run stopped once a result is
-    committed); the best."""
+def fixed_cost(command: list[str], env: dict[str, str], db: Path) -> float:
+    """Process start to the first committed case's ``started_at``; the run is killed once it is there."""
+    db.unlink(missing_ok=True)
+    start_epoch = time.time()
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    first = None
+    while first is None and process.poll() is None:
+        time.sleep(0.02)
+        first = _first_start(db)
+    if first is None:
+        first = _first_start(db)
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+    _, stderr = process.communicate()
+    if first is None:
+        raise SystemExit(f"run ddxplus stopped (exit {process.returncode}) before a result:\n{stderr[-3000:]}")
+    return first - start_epoch
+
+
+def bench_fixed(data_dir: Path, sample: Path, big: Path, folder: Path, workers: int,
+                repeat: int) -> dict[str, float]:
+    """The best fixed cost of ``repeat`` tries with a cold parse cache, then with a warm one."""
     command = [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--agent", "kb-bayes", "--train",
                str(sample), "--patients", str(big), "--workers", str(workers), "--json"]
     print(f"fixed cost: {' '.join(command[1:])} (fresh SQLite file each try, stopped after the first result)")
-    figures = []
-    for attempt in range(repeat):
-        db = folder / f"fixed-{attempt}.db"
-        db.unlink(missing_ok=True)
-        env = {**os.environ, "MEDEVAL_DB_URL": f"sqlite:///{db}", "MEDEVAL_DATA_DIR": str(data_dir),
-               "PYTHONPATH": str(ROOT)}
-        start_epoch = time.time()
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   text=True)
-        first = None
-        while first is None and process.poll() is None:
-            time.sleep(0.02)
-            first = _first_start(db)
-        if first is None:
-            first = _first_start(db)
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        _, stderr = process.communicate()
-        if first is None:
-            raise SystemExit(f"run ddxplus stopped (exit {process.returncode}) before a result:\n{stderr[-3000:]}")
-        figures.append(first - start_epoch)
-        print(f"  try {attempt + 1}: {figures[-1]:.2f} s")
-    return min(figures)
+    best = {}
+    warm_cache = Path(tempfile.mkdtemp(prefix="warm-cache-", dir=folder))
+    fill = fixed_cost(command, run_env(data_dir, folder / "fill.db", warm_cache), folder / "fill.db")
+    for state in ("cold", "warm"):
+        figures = []
+        for attempt in range(repeat):
+            cache = Path(tempfile.mkdtemp(prefix="cold-cache-", dir=folder)) if state == "cold" else warm_cache
+            db = folder / f"fixed-{state}-{attempt}.db"
+            figures.append(fixed_cost(command, run_env(data_dir, db, cache), db))
+        best[state] = min(figures)
+        print(f"  {state} parse cache: " + ", ".join(f"{figure:.2f}" for figure in figures) + " s"
+              + (f" (after an untimed run that filled the cache: {fill:.2f} s)" if state == "warm" else ""))
+    return best
 
 
 def main() -> int:
@@ -231,16 +247,17 @@ def main() -> int:
         big = write_big_file(sample, folder, args.patients)
         print(f"patients file: the sample ({sample.name}) replicated to {args.patients:,} rows, {big}")
         if args.fixed_cost_only:
-            fixed = bench_fixed(data_dir, sample, big, folder, args.workers, max(1, args.repeat))
-            print(f"fixed cost before the first patient: {fixed:.2f} s best of {max(1, args.repeat)} "
-                  f"(target <= {FIXED_TARGET_S:.0f} s)")
-            return 0 if fixed <= FIXED_TARGET_S else 1
+            best = bench_fixed(data_dir, sample, big, folder, args.workers, max(1, args.repeat))
+            print(f"fixed cost before the first patient, best of {max(1, args.repeat)}: cold parse cache "
+                  f"{best['cold']:.2f} s, warm {best['warm']:.2f} s (target <= {FIXED_TARGET_S:.0f} s)")
+            return 0 if max(best.values()) <= FIXED_TARGET_S else 1
         alone = bench_agent(data_dir, sample, big, args.agent_patients)
         run = bench_run(data_dir, sample, big, args.patients, folder, args.workers)
     ratio = alone / run["rate"]
     print(f"cost per patient, run / agent alone: {ratio:.2f}x (target <= {RATIO_TARGET:.0f}x); counting the "
           f"tail too: {alone * (run['phase'] + run['tail']) / args.patients:.2f}x")
-    print(f"fixed cost before the first patient: {run['fixed']:.2f} s (target <= {FIXED_TARGET_S:.0f} s)")
+    print(f"fixed cost before the first patient (cold parse cache): {run['fixed']:.2f} s "
+          f"(target <= {FIXED_TARGET_S:.0f} s)")
     ok = ratio <= RATIO_TARGET and run["fixed"] <= FIXED_TARGET_S
     print("targets met" if ok else "a target was missed")
     return 0 if ok else 1

@@ -4,6 +4,7 @@ for the bulk readers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,3 +88,16 @@ def text_blocks(handle: TextSource, block_chars: int) -> Iterator[str]:
             yield chunk[:cut]
     if rest:
         yield rest
+
+
+def sha256_of(path: str | Path) -> tuple[str, int]:
+    """The sha256 (hex) and size of the file's bytes. Read in large blocks into one buffer: hashing on a helper
+    thread then takes the GIL back only a few times per file."""
+    digest = hashlib.sha256()
+    size = 0
+    buffer = memoryview(bytearray(1 << 24))
+    with open(path, "rb", buffering=0) as handle:
+        while read := handle.readinto(buffer):
+            digest.update(buffer[:read])
+            size += read
+    return digest.hexdigest(), size

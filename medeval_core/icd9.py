@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rapidfuzz import fuzz
 
-from medeval_core.settings import DEFAULT_VAR_DIR
+from medeval_core.settings import cache_dir
 
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
 # Digits before the dot in each family: numeric codes 3 (001-999), V-codes 2 (V01-V91), E-codes 3 (E000-E999).
@@ -58,7 +58,6 @@ UNSTATED_QUALIFIERS = frozenset({
 })
 # Same stem, another disease: endometr-itis is not endometr-iosis.
 _DISEASE_SUFFIXES = ("itis", "osis", "oma", "emia", "pathy", "algia", "ectomy", "plasia", "trophy")
-CACHE_DIR = DEFAULT_VAR_DIR / "cache"
 
 MappingMethod = Literal["code", "exact", "llm", "unmapped"]
 
@@ -321,7 +320,7 @@ def _index_unlocked() -> Any:
     from medeval_core.embeddings import EmbeddingIndex, encode_cached
 
     descriptions = [entry.description for entry in entries()]
-    return EmbeddingIndex(descriptions, vectors=encode_cached(descriptions, CACHE_DIR))
+    return EmbeddingIndex(descriptions, vectors=encode_cached(descriptions, cache_dir()))
 
 
 def _index() -> Any:

@@ -8,7 +8,6 @@ a resume after an input file changed, so two files' rows or two protocols never 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medeval_core import registry
 from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, ModelRoles, RunSummary, Scorer, Solver
+from medeval_core.files import sha256_of
 from medeval_core.memory import long_lived
 from medeval_core.records import (
     Case,
@@ -54,16 +54,9 @@ class ScoreParams(BaseModel):
 
 
 def file_fingerprint(path: str | Path) -> InputFile:
-    """The sha256 and size of the file's bytes. Read in large blocks into one buffer: hashing on a helper thread
-    (``_fingerprints_while``) then takes the GIL back only a few times per file."""
-    digest = hashlib.sha256()
-    size = 0
-    buffer = memoryview(bytearray(1 << 24))
-    with open(path, "rb", buffering=0) as handle:
-        while read := handle.readinto(buffer):
-            digest.update(buffer[:read])
-            size += read
-    return InputFile(path=str(path), sha256=digest.hexdigest(), bytes=size)
+    """The sha256 and size of the file's bytes."""
+    digest, size = sha256_of(path)
+    return InputFile(path=str(path), sha256=digest, bytes=size)
 
 
 def _fingerprints(files: Mapping[str, str]) -> dict[str, InputFile]:

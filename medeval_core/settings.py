@@ -250,6 +250,14 @@ def default_data_dir() -> Path:
     return shared if shared.is_dir() else DEFAULT_VAR_DIR / "data"
 
 
+def cache_dir() -> Path:
+    """Where results derived from input files are kept between runs (parsed patient files, embeddings of fixed
+    lists): ``MEDEVAL_CACHE_DIR`` when set, else ``var/cache``. Entries are named by the sha256 of what they were
+    derived from, so a changed input is never served from an old entry."""
+    configured = os.environ.get("MEDEVAL_CACHE_DIR")
+    return Path(configured).expanduser() if configured else DEFAULT_VAR_DIR / "cache"
+
+
 def _with_registered(roles: dict[str, BackendChoice],
                      registered: Mapping[str, BackendChoice]) -> dict[str, BackendChoice]:
     """``roles`` with each registered default in place of the file's entry for the same role key."""

@@ -237,7 +237,12 @@ def test_a_bad_last_line_alone_in_its_block_is_named(tmp_path, kb):
         read_predictions(path, patients)
 
 
-def test_bulk_number_parsing_is_floats_own():
+@pytest.mark.parametrize("few", [0, 10**6], ids=["pandas", "float"])
+def test_bulk_number_parsing_is_floats_own(few, monkeypatch):
+    """Either way of parsing (pandas' C reader for many numbers, ``float`` for few) gives ``float``'s double."""
+    from medeval_core.benchmarks.ddxplus import patients as module
+
+    monkeypatch.setattr(module, "_FEW_NUMBERS", few)
     rng = random.Random(5)
     texts = ["-0", "0", "1e400", "4.9e-324", "2.4703282292062328e-324", "1.7976931348623159e308",
              "9007199254740993", "0.010000000000000000208", "123456789012345678901234567890"]

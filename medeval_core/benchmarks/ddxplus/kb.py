@@ -12,6 +12,7 @@ which item is a root's default value, and each pathology's KB roots.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
@@ -134,6 +135,12 @@ class KnowledgeBase:
     items: list[str] = field(init=False)
     item_index: dict[str, int] = field(init=False)
     pathology_names: list[str] = field(init=False)
+
+    @cached_property
+    def content_digest(self) -> str:
+        """The sha256 of everything the KB holds (codes, values, conditions, texts, language): what a parse of a
+        patients file against it depends on, so cached parses are keyed by it."""
+        return hashlib.sha256(repr((self.language, self.evidences, self.conditions)).encode()).hexdigest()
 
     def __post_init__(self) -> None:
         self.roots = list(self.evidences)

@@ -25,15 +25,20 @@ from __future__ import annotations
 
 import ast
 import csv
+import hashlib
 import io
+import json
+import logging
 import math
+import os
 import re
+import threading
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from itertools import count, islice, pairwise
 from operator import methodcaller
 from pathlib import Path
@@ -42,11 +47,15 @@ from typing import Any, overload
 import numpy as np
 from scipy import sparse
 
+from medeval_core.benchmarks.ddxplus import kb as kb_module
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
-from medeval_core.files import text_blocks
+from medeval_core.files import sha256_of, text_blocks
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.ddxplus import Entries, GroundTruth
 from medeval_core.records import Case, CaseList
+from medeval_core.settings import cache_dir
+
+logger = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("AGE", "DIFFERENTIAL_DIAGNOSIS", "SEX", "PATHOLOGY", "EVIDENCES", "INITIAL_EVIDENCE")
 SEXES = ("M", "F")
@@ -94,6 +103,8 @@ def shape_table(kept: bytes) -> bytes:
 
 
 _NUMBER_BYTES = b"0123456789.eE+-"
+# ``float`` parses about 2 million numbers a second; importing pandas takes 0.3 s.
+_FEW_NUMBERS = 100_000
 _NUMBER_LINES = bytes.maketrans(b"\x00", b"\n")
 _NOT_NUMBER = bytes(sorted(set(range(256)) - set(_NUMBER_BYTES) - {0}))
 
@@ -112,18 +123,22 @@ def parse_numbers(joined: bytes, pieces: list[str], keep: np.ndarray, strict_jso
 
     Keep only pieces whose shape shows at most one number: their digits, signs, dots and exponent marks are then
     that number. pandas' C reader parses them all at once, correctly rounded (the same double as ``float``; a
-    test checks it).
+    test checks it); up to ``_FEW_NUMBERS`` pieces ``float`` parses them, quicker than importing pandas.
     """
-    import pandas as pd
-
     if not keep.all():
         joined = "\x00".join(piece if ok else "" for piece, ok in zip(pieces, keep, strict=True)).encode()
     lines = joined.translate(_NUMBER_LINES, _NOT_NUMBER) + b"\n"
     if not lines.strip(b"\n"):
         return np.full(len(pieces), np.nan)
-    frame = pd.read_csv(io.BytesIO(lines), header=None, names=["x"], dtype=np.float64, skip_blank_lines=False,
-                        engine="c")
-    numbers = frame["x"].to_numpy(copy=True)
+    if len(pieces) <= _FEW_NUMBERS:
+        numbers = np.array([float(line) if line else np.nan for line in lines.split(b"\n")[:-1]],
+                           dtype=np.float64)
+    else:
+        import pandas as pd
+
+        frame = pd.read_csv(io.BytesIO(lines), header=None, names=["x"], dtype=np.float64, skip_blank_lines=False,
+                            engine="c")
+        numbers = frame["x"].to_numpy(copy=True)
     if strict_json:
         text = np.frombuffer(lines, dtype=np.uint8)
         starts = np.concatenate([[0], np.flatnonzero(text[:-1] == ord("\n")) + 1])
@@ -755,35 +770,49 @@ class _Assembler:
                 merged[key] = merged[key][entry_order]
         return merged
 
-    def finish(self) -> PatientSet:
-        kb = self.kb
+    def finish(self) -> _Parsed:
         parts = {key: np.concatenate(self.parts.pop(key), dtype=dtype) for key, dtype in _PARTS.items()}
-        n = len(parts["rows"])
-        ev_bounds = np.concatenate([[0], np.cumsum(parts["ev_counts"], dtype=np.int64)])
-        # The matrix sorts its copy of the items; the listings keep the file's order.
-        items = sparse.csr_matrix((np.ones(len(parts["ev_items"]), dtype=bool), parts["ev_items"].copy(), ev_bounds),
-                                  shape=(n, len(kb.items)))
-        items.sum_duplicates()
-        owner = np.repeat(np.arange(n), parts["dd_counts"])
-        columns, masses = parts["dd_columns"], parts["dd_masses"]
-        cell = owner * kb.n_pathologies + columns
-        seen = np.zeros(n * kb.n_pathologies, dtype=bool)
-        seen[cell] = True
-        if np.count_nonzero(seen) != len(cell):
-            # A pathology listed twice in one differential: its last mass counts, as when reading row by row.
-            last = len(cell) - 1 - np.unique(cell[::-1], return_index=True)[1]
-            owner, columns, masses = owner[last], columns[last], masses[last]
-        del cell, seen
-        differential = np.zeros((n, kb.n_pathologies))
-        differential[owner, columns] = masses
-        return PatientSet(
-            kb=kb, rows=parts["rows"], age=parts["age"], sex=parts["sex"], pathology=parts["pathology"],
-            initial_root=parts["initial_root"], items=items, differential=differential,
-            evidences=Listings(ev_bounds, parts["ev_items"], kb.items),
-            differential_pairs=Listings.from_counts(parts["dd_counts"], parts["dd_names"], list(self.names),
-                                                    parts["dd_masses"]),
-            report=self.report,
-        )
+        return _Parsed(parts, list(self.names), self.report)
+
+
+@dataclass
+class _Parsed:
+    """A patients file as read: the PatientSet's flat arrays (``_PARTS``), the differential's pathology names as
+    written (``dd_names`` indexes them) and the report. What the parse cache keeps."""
+
+    parts: dict[str, np.ndarray]
+    names: list[str]
+    report: LoadReport
+
+
+def _assemble(kb: KnowledgeBase, parsed: _Parsed) -> PatientSet:
+    parts = parsed.parts
+    n = len(parts["rows"])
+    ev_bounds = np.concatenate([[0], np.cumsum(parts["ev_counts"], dtype=np.int64)])
+    # The matrix sorts its copy of the items; the listings keep the file's order.
+    items = sparse.csr_matrix((np.ones(len(parts["ev_items"]), dtype=bool), parts["ev_items"].copy(), ev_bounds),
+                              shape=(n, len(kb.items)))
+    items.sum_duplicates()
+    owner = np.repeat(np.arange(n), parts["dd_counts"])
+    columns, masses = parts["dd_columns"], parts["dd_masses"]
+    cell = owner * kb.n_pathologies + columns
+    seen = np.zeros(n * kb.n_pathologies, dtype=bool)
+    seen[cell] = True
+    if np.count_nonzero(seen) != len(cell):
+        # A pathology listed twice in one differential: its last mass counts, as when reading row by row.
+        last = len(cell) - 1 - np.unique(cell[::-1], return_index=True)[1]
+        owner, columns, masses = owner[last], columns[last], masses[last]
+    del cell, seen
+    differential = np.zeros((n, kb.n_pathologies))
+    differential[owner, columns] = masses
+    return PatientSet(
+        kb=kb, rows=parts["rows"], age=parts["age"], sex=parts["sex"], pathology=parts["pathology"],
+        initial_root=parts["initial_root"], items=items, differential=differential,
+        evidences=Listings(ev_bounds, parts["ev_items"], kb.items),
+        differential_pairs=Listings.from_counts(parts["dd_counts"], parts["dd_names"], parsed.names,
+                                                parts["dd_masses"]),
+        report=parsed.report,
+    )
 
 
 def _matches(pattern: re.Pattern[str], pieces: list[str]) -> list[re.Match[str]]:
@@ -895,7 +924,7 @@ def _csv_blocks(handle: io.TextIOBase, path: Path) -> tuple[list[str], Iterator[
 
 
 def _read(path: Path, kb: KnowledgeBase, limit: int | None,
-          blocks: Callable[[io.TextIOBase, Path], tuple[list[str], Iterator[_Block]]]) -> PatientSet:
+          blocks: Callable[[io.TextIOBase, Path], tuple[list[str], Iterator[_Block]]]) -> _Parsed:
     report = LoadReport(source=path.name)
     with _open_text(path) as handle:
         header, block_iter = blocks(handle, path)
@@ -908,14 +937,108 @@ def _read(path: Path, kb: KnowledgeBase, limit: int | None,
 
 
 def load_patients(path: str | Path, kb: KnowledgeBase, limit: int | None = None) -> PatientSet:
-    """Read a DDXPlus patients CSV (or release zip). Bad rows are skipped and counted in ``.report``."""
+    """Read a DDXPlus patients CSV (or release zip). Bad rows are skipped and counted in ``.report``. A whole file
+    of at least ``_CACHE_MIN_BYTES`` is parsed once per content: later loads read the parse from the cache
+    (``settings.cache_dir()``), keyed by the sha256 of the file's bytes, of the KB and of this reader's code."""
     path = Path(path)
     if not path.is_file():
         raise PatientFileError(f"{path} does not exist; give the path of a DDXPlus patients CSV or release zip.")
     try:
-        try:
-            return _read(path, kb, limit, _layout_blocks)
-        except _Irregular:
-            return _read(path, kb, limit, _csv_blocks)
+        cached = _ParseCache.of(path, kb) if limit is None else None
+        parsed = cached.read() if cached is not None else None
+        if parsed is None:
+            try:
+                parsed = _read(path, kb, limit, _layout_blocks)
+            except _Irregular:
+                parsed = _read(path, kb, limit, _csv_blocks)
+            if cached is not None:
+                cached.write(parsed)
     except (UnicodeDecodeError, csv.Error, zipfile.BadZipFile, OSError) as exc:
         raise PatientFileError(f"{path} cannot be read as a patients file ({exc}).") from None
+    return _assemble(kb, parsed)
+
+
+# Below this size a parse takes a few milliseconds: no cache entry is worth its file.
+_CACHE_MIN_BYTES = 1 << 22
+# Entries kept: the official splits and a few more. A split's entry is about 0.4 of its CSV's size.
+_CACHE_ENTRIES = 8
+_CACHE_PREFIX = "ddxplus-patients-"
+_REPORT_FIELDS = ("total_rows", "loaded", "skipped", "examples")
+
+
+@cache
+def _reader_digest() -> str:
+    """The sha256 of the code a parse depends on (this reader and the KB's lookups): a changed rule never serves
+    an entry parsed under the old one."""
+    digest = hashlib.sha256()
+    for module in (__file__, kb_module.__file__):
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class _ParseCache:
+    """One cache entry: a whole file's ``_Parsed`` as an uncompressed ``.npz`` (no pickles), written atomically.
+    An entry that cannot be read or does not hold together is parsed again and replaced."""
+
+    path: Path
+    source: str
+    kb: KnowledgeBase
+
+    @classmethod
+    def of(cls, path: Path, kb: KnowledgeBase) -> _ParseCache | None:
+        if path.stat().st_size < _CACHE_MIN_BYTES:
+            return None
+        file_digest, _ = sha256_of(path)
+        key = hashlib.sha256(f"{_reader_digest()}\n{kb.content_digest}\n{file_digest}".encode()).hexdigest()
+        return cls(cache_dir() / f"{_CACHE_PREFIX}{key[:32]}.npz", path.name, kb)
+
+    def read(self) -> _Parsed | None:
+        try:
+            with np.load(self.path, allow_pickle=False) as stored:
+                parts = {key: stored[key] for key in _PARTS}
+                names = stored["names"].tolist()
+                fields = json.loads(str(stored["report"]))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            return None
+        if not self._consistent(parts, names):
+            return None
+        report = LoadReport(source=self.source, total_rows=int(fields["total_rows"]), loaded=int(fields["loaded"]),
+                            skipped=Counter(fields["skipped"]), examples=list(fields["examples"]))
+        return _Parsed(parts, names, report)
+
+    def _consistent(self, parts: dict[str, np.ndarray], names: list[str]) -> bool:
+        n = len(parts["rows"])
+        return (all(parts[key].dtype == np.dtype(dtype) and parts[key].ndim == 1 for key, dtype in _PARTS.items())
+                and all(len(parts[key]) == n for key in ("age", "sex", "pathology", "initial_root", "ev_counts",
+                                                          "dd_counts"))
+                and int(parts["ev_counts"].sum()) == len(parts["ev_items"])
+                and int(parts["dd_counts"].sum()) == len(parts["dd_names"]) == len(parts["dd_columns"])
+                == len(parts["dd_masses"])
+                and _within(parts["ev_items"], len(self.kb.items)) and _within(parts["dd_names"], len(names))
+                and _within(parts["dd_columns"], self.kb.n_pathologies)
+                and _within(parts["pathology"], self.kb.n_pathologies)
+                and _within(parts["initial_root"], len(self.kb.roots)))
+
+    def write(self, parsed: _Parsed) -> None:
+        """Keep ``parsed``; a cache folder that cannot be written only costs the next load a parse."""
+        report = {key: getattr(parsed.report, key) for key in _REPORT_FIELDS}
+        partial = self.path.with_name(f"{self.path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            arrays: dict[str, Any] = {**parsed.parts, "names": np.array(parsed.names, dtype=str),
+                                      "report": np.array(json.dumps(report))}
+            with partial.open("wb") as handle:
+                np.savez(handle, allow_pickle=False, **arrays)
+            os.replace(partial, self.path)
+            entries = sorted(self.path.parent.glob(f"{_CACHE_PREFIX}*.npz"), key=lambda entry: entry.stat().st_mtime)
+            for old in entries[:-_CACHE_ENTRIES]:
+                old.unlink(missing_ok=True)
+        except OSError as exc:
+            with suppress(OSError):
+                partial.unlink(missing_ok=True)
+            logger.info("The parsed patients could not be cached in %s (%s).", self.path.parent, exc)
+
+
+def _within(values: np.ndarray, size: int) -> bool:
+    return not len(values) or (int(values.min()) >= 0 and int(values.max()) < size)
