@@ -7,9 +7,10 @@ persists them. Finished cases are written in groups: whatever finished within ``
 one transaction holding each case's result, turns, judge attempts and model calls, so a crash (even SIGKILL)
 loses at most that window, which a resume redoes.
 
-Every execution is a *worker* of the run (``Store.join_run``): the run's cases are a queue of leases in the store;
-a worker claims a few at a time (``Store.claim_cases``: FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on
-SQLite), keeps them with a heartbeat thread, and marks them done in the transaction that stores their results.
+Every execution is a *worker* of the run (``Store.join_run``): the run's cases are a queue of leases in the store
+(their rows written a chunk at a time as workers claim); a worker claims a few at a time (``Store.claim_cases``:
+FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite), keeps them with a heartbeat thread, and marks
+them done in the transaction that stores their results.
 So two resumes of one run, or workers on many hosts pointed at one database, never run a case twice (a claim of a
 worker that stopped heart-beating expires and is taken by another), and a failed attempt never replaces a good
 result. The worker that finds the queue drained writes the run's final status and summary in one transaction.
@@ -23,7 +24,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -45,7 +46,7 @@ from medeval_core.records import (
 )
 from medeval_core.redaction import redact
 from medeval_core.settings import Settings
-from medeval_core.store import HOST, RunWorkerRow, Store
+from medeval_core.store import HOST, QueueKeys, RunWorkerRow, Store
 
 CaseFunction = Callable[[Case, CaseContext], CaseOutcome]
 """Runs one case for one repetition. Raising marks the case failed; it never stops the run."""
@@ -155,12 +156,13 @@ class _Claims:
     about ``target_s`` seconds of work at the rate seen so far (at least one case per thread, at most
     ``max_claim``): fast cases cost one claim per few hundred, slow ones stay spread over the workers."""
 
-    def __init__(self, runner: BatchRunner, run_id: str, worker_id: str, cases: Sequence[Case],
+    def __init__(self, runner: BatchRunner, run_id: str, worker_id: str, cases: Sequence[Case], keys: QueueKeys,
                  tally: _Tally) -> None:
         self.runner = runner
         self.run_id = run_id
         self.worker_id = worker_id
         self.find = case_finder(cases)
+        self.keys = keys
         self.tally = tally
         self.lease_of: dict[tuple[str, int], int] = {}
         self._queue: deque[tuple[str, int]] = deque()
@@ -172,7 +174,7 @@ class _Claims:
             elapsed = time.monotonic() - self.tally.started
             rate = self.tally.finished_now / elapsed if elapsed > 0 else 0.0
             size = int(min(runner.max_claim, max(runner.workers, rate * runner.claim_target_s)))
-            claimed = runner.store.claim_cases(self.run_id, self.worker_id, size, runner.lease_s,
+            claimed = runner.store.claim_cases(self.run_id, self.worker_id, self.keys, size, runner.lease_s,
                                                grouped=runner.claim_group is not None)
             for lease_id, case_id, repetition in claimed:
                 self.lease_of[(case_id, repetition)] = lease_id
@@ -241,8 +243,9 @@ class BatchRunner:
         worker = RunWorkerRow(id=f"{HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}", run_id=run_id, host=HOST,
                               pid=os.getpid(), threads=self.workers, started_at=now,
                               heartbeat_at=now, expires_at=now + timedelta(seconds=self.lease_s))
+        keys = self._queue_keys(cases, repetitions)
         self.store.join_run(
-            run_id, worker, lambda: self._queue_keys(cases, repetitions),
+            run_id, worker, keys,
             run_changes={"status": RunStatus.RUNNING, "started_at": now, "finished_at": None, "error": None,
                          "expected_cases": total})
         counts = self.store.result_counts(run_id)
@@ -256,7 +259,7 @@ class BatchRunner:
                                 name=f"heartbeat-{run_id}")
         beat.start()
         try:
-            cancelled = self._drain(run_id, _Claims(self, run_id, worker.id, cases, tally), run_case, tally)
+            cancelled = self._drain(run_id, _Claims(self, run_id, worker.id, cases, keys, tally), run_case, tally)
         except BaseException as exc:
             self._stop(worker.id, stop_beating, beat)
             if isinstance(exc, Exception):  # an interrupt leaves the run to show as interrupted (resumable)
@@ -275,19 +278,9 @@ class BatchRunner:
         return RunReport(run_id=run_id, status=status, total=total, done=done, failed=failed,
                          pending=max(total - done - failed, 0))
 
-    def _queue_keys(self, cases: Sequence[Case], repetitions: int) -> Iterator[tuple[str, int, int | None]]:
-        """(case id, repetition, claim group) in run order; a group is one solver group of one repetition, and a
-        case the solver does not group is a group of its own (a negative number), so every case is claimable."""
-        group = self.claim_group
-        ids = case_ids(cases)
-        for rep in range(repetitions):
-            for position, case_id in enumerate(ids):
-                if group is None:
-                    yield case_id, rep, None
-                    continue
-                index = group(case_id)
-                yield case_id, rep, (index * repetitions + rep if index is not None
-                                     else -(rep * len(ids) + position + 1))
+    def _queue_keys(self, cases: Sequence[Case], repetitions: int) -> QueueKeys:
+        """The run's queue: every repetition of every case, grouped by the solver's ``claim_group``."""
+        return QueueKeys(case_ids(cases), repetitions, self.claim_group)
 
     def _final(self, run_id: str, total: int, cancelled: bool,
                final_summary: FinalSummary | None) -> dict[str, Any]:

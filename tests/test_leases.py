@@ -31,7 +31,7 @@ from medeval_core.records import (
 )
 from medeval_core.runner import BatchRunner
 from medeval_core.settings import load_settings
-from medeval_core.store import RunWorkerRow, Store, open_store
+from medeval_core.store import QueueKeys, RunWorkerRow, Store, open_store
 from tests.support.counting_benchmark import CountingParams, make_cases
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,32 +50,35 @@ def a_worker(run_id: str, name: str, lease_s: float = 30.0) -> RunWorkerRow:
                         expires_at=now + timedelta(seconds=lease_s))
 
 
-def queued_run(store: Store, n: int, run_id: str = "r", group_size: int | None = None) -> list[tuple]:
-    store.create_run(RunConfig(benchmark="t"), run_id=run_id, expected_cases=n)
-    keys = [(case.case_id, 0, i // group_size if group_size else None) for i, case in enumerate(make_cases(n))]
-    assert store.join_run(run_id, a_worker(run_id, "starter"), lambda: keys, {"status": RunStatus.RUNNING})
+def queued_run(store: Store, n: int, run_id: str = "r", group_size: int | None = None,
+               repetitions: int = 1) -> QueueKeys:
+    """A run whose wave (``n`` cases, consecutive groups of ``group_size``) was started by a worker "starter"."""
+    store.create_run(RunConfig(benchmark="t"), run_id=run_id, expected_cases=n * repetitions)
+    keys = QueueKeys([case.case_id for case in make_cases(n)], repetitions,
+                     (lambda case_id: int(case_id.split("-")[1]) // group_size) if group_size else None)
+    assert store.join_run(run_id, a_worker(run_id, "starter"), keys, {"status": RunStatus.RUNNING})
     return keys
 
 
 def test_a_claim_expires_a_heartbeat_keeps_it_and_an_expired_one_is_taken_over(db_url: str) -> None:
     store = Store(db_url)
-    queued_run(store, 6)
-    first = store.claim_cases("r", "a", 2, lease_s=0.4)
-    kept = store.claim_cases("r", "b", 2, lease_s=0.4)
+    keys = queued_run(store, 6)
+    first = store.claim_cases("r", "a", keys, 2, lease_s=0.4)
+    kept = store.claim_cases("r", "b", keys, 2, lease_s=0.4)
     assert [c for _, c, _ in first] == ["case-0000", "case-0001"]  # queue order
     assert [c for _, c, _ in kept] == ["case-0002", "case-0003"]
-    assert {c for _, c, _ in store.claim_cases("r", "c", 10, lease_s=30)} == {"case-0004", "case-0005"}
+    assert {c for _, c, _ in store.claim_cases("r", "c", keys, 10, lease_s=30)} == {"case-0004", "case-0005"}
     time.sleep(0.25)
     store.heartbeat("b", lease_s=0.4)  # b is alive; a is not
     time.sleep(0.25)
-    stolen = store.claim_cases("r", "d", 10, lease_s=30)
+    stolen = store.claim_cases("r", "d", keys, 10, lease_s=30)
     assert sorted(c for _, c, _ in stolen) == ["case-0000", "case-0001"]  # a's expired claims, not b's
-    assert store.claim_cases("r", "e", 10, lease_s=30) == []
+    assert store.claim_cases("r", "e", keys, 10, lease_s=30) == []
     # Done with the results, in one transaction: never claimable again, even after its claim expired.
     store.save_case_records(
         [service_records("r", case_id) for _, case_id, _ in kept], leases=[lease for lease, _, _ in kept])
     time.sleep(0.45)
-    assert store.claim_cases("r", "f", 10, lease_s=30) == []
+    assert store.claim_cases("r", "f", keys, 10, lease_s=30) == []
     assert store.queued_cases("r") == 4
 
 
@@ -94,11 +97,11 @@ def test_concurrent_claims_never_overlap(db_url: str) -> None:
     def claim_all(name: str) -> None:
         mine = claimed.setdefault(name, [])
         own = Store(db_url)  # a store (and pool) per thread, as separate processes would have
-        batch = own.claim_cases("r", name, 7, lease_s=30)
+        batch = own.claim_cases("r", name, keys, 7, lease_s=30)
         all_started.wait(timeout=60)
         while batch:
             mine.extend(case_id for _, case_id, _ in batch)
-            batch = own.claim_cases("r", name, 7, lease_s=30)
+            batch = own.claim_cases("r", name, keys, 7, lease_s=30)
         own.engine.dispose()
 
     threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(6)]
@@ -107,16 +110,16 @@ def test_concurrent_claims_never_overlap(db_url: str) -> None:
     for thread in threads:
         thread.join()
     everything = [case_id for mine in claimed.values() for case_id in mine]
-    assert sorted(everything) == sorted(key[0] for key in keys)  # each exactly once
+    assert sorted(everything) == sorted(key[0] for key in keys.slice(0, len(keys)))  # each exactly once
     assert sum(bool(mine) for mine in claimed.values()) >= 2
 
 
 def test_claims_take_whole_claim_groups_so_no_two_workers_share_a_batch(db_url: str) -> None:
     store = Store(db_url)
-    queued_run(store, 40, group_size=4)  # ten batches of four cases
-    first = store.claim_cases("r", "a", 3, lease_s=30, grouped=True)
+    keys = queued_run(store, 40, group_size=4)  # ten batches of four cases
+    first = store.claim_cases("r", "a", keys, 3, lease_s=30, grouped=True)
     assert [c for _, c, _ in first] == [f"case-{i:04d}" for i in range(4)]  # 3 asked, the whole batch given
-    second = store.claim_cases("r", "b", 5, lease_s=30, grouped=True)
+    second = store.claim_cases("r", "b", keys, 5, lease_s=30, grouped=True)
     assert [c for _, c, _ in second] == [f"case-{i:04d}" for i in range(4, 12)]  # the batches of 5 cases
     claimed: dict[str, list[int]] = {}
 
@@ -125,7 +128,7 @@ def test_claims_take_whole_claim_groups_so_no_two_workers_share_a_batch(db_url: 
     def claim_all(name: str) -> None:
         own = Store(db_url)
         try:
-            while batch := own.claim_cases("r", name, 3, lease_s=30, grouped=True):
+            while batch := own.claim_cases("r", name, keys, 3, lease_s=30, grouped=True):
                 claimed.setdefault(name, []).extend(int(case_id.split("-")[1]) for _, case_id, _ in batch)
         except Exception as exc:  # noqa: BLE001 - a deadlock must fail the test, not vanish in its thread
             errors.append(exc)
@@ -153,9 +156,9 @@ def test_the_ddi_generation_solver_groups_cases_by_its_fixed_batches() -> None:
     solver = _GenerateSolver(params, cases, cases[3:])  # type: ignore[arg-type]
     assert [solver.claim_group(c.case_id) for c in cases] == [0, 0, 1, 1, 2]  # positions in the whole list
     runner = BatchRunner(Store.__new__(Store), load_settings(), claim_group=solver.claim_group)
-    assert list(runner._queue_keys(cases, 2))[:3] == [("img-0", 0, 0), ("img-1", 0, 0), ("img-2", 0, 2)]
+    assert runner._queue_keys(cases, 2).slice(0, 3) == [("img-0", 0, 0), ("img-1", 0, 0), ("img-2", 0, 2)]
     stray = [*cases, SimpleNamespace(case_id="not-in-the-solver's-list")]
-    assert list(runner._queue_keys(stray, 1))[-1] == ("not-in-the-solver's-list", 0, -6)  # a group of its own
+    assert runner._queue_keys(stray, 1).slice(5, 6) == [("not-in-the-solver's-list", 0, -6)]  # a group of its own
 
 
 def test_a_second_execution_joins_the_wave_instead_of_redoing_it(db_url: str) -> None:
@@ -457,7 +460,7 @@ def test_a_killed_worker_not_yet_reaped_is_dead_on_its_host(db_url: str) -> None
     child = subprocess.Popen(["sleep", "60"])
     try:
         store.join_run("r", a_worker("r", "sleeper").model_copy(update={"host": HOST, "pid": child.pid}),
-                       list, {"status": RunStatus.RUNNING})
+                       QueueKeys([], 1), {"status": RunStatus.RUNNING})
         assert [w.id for w in store.live_workers("r")] == ["sleeper"]
         os.kill(child.pid, signal.SIGKILL)
         wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z")

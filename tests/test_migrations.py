@@ -192,3 +192,35 @@ def test_the_migrations_build_exactly_the_models_schema_on_each_database(db_url:
     store = Store(db_url)
     assert store.schema_action == "current"
     store.engine.dispose()
+
+
+def test_a_database_at_0006_is_upgraded_to_lazy_queues_keeping_a_wave_in_progress(db_url: str) -> None:
+    """0007_lazy_queue on SQLite and PostgreSQL: a wave opened by the previous version (every lease row written,
+    no queue length) goes on as it was: its undone rows are what is queued, and a claim writes no rows for it."""
+    from alembic import command
+
+    from medeval_core.store import QueueKeys
+
+    command.upgrade(alembic_config(url=db_url), "0006_annotations")
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO runs (id, benchmark, label, kind, status, config, settings_hash, versions, summary, "
+            "created_at) VALUES ('old', 'demo', '', 'batch', 'running', '{}', '', '{}', '{}', '2026-01-01')"))
+        connection.execute(text(
+            "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) VALUES "
+            "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 0, false)"))
+    engine.dispose()
+    before = table_rows(db_url, "case_leases")
+
+    store = Store(db_url)
+    assert store.schema_action == "upgraded"
+    assert schema_differences(db_url) == []
+    assert table_rows(db_url, "case_leases") == before
+    run = store.get_run("old")
+    assert (run.queue_total, run.queue_cursor) == (None, None)
+    assert store.queued_cases("old") == 1
+    keys = QueueKeys(["c1", "c2", "c3"], 1)  # c3 was not in the old wave: it stays for the next one
+    assert [case_id for _, case_id, _ in store.claim_cases("old", "w", keys, 10, lease_s=30)] == ["c2"]
+    assert len(table_rows(db_url, "case_leases")) == 2
+    store.engine.dispose()

@@ -15,7 +15,7 @@ import threading
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -58,6 +58,10 @@ class RunRow(SQLModel, table=True):
     settings_hash: str = ""
     versions: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     expected_cases: int | None = None
+    queue_total: int | None = None
+    """Keys in the current wave's queue (``QueueKeys``); None when no wave is open."""
+    queue_cursor: int | None = None
+    """How many of the wave's keys have lease rows: the rest are queued but not yet written (see ``claim_cases``)."""
     summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     error: str | None = None
     created_at: datetime = Field(default_factory=utc_now)
@@ -335,52 +339,71 @@ class Store:
                 connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update())
             yield connection
 
-    def join_run(self, run_id: str, worker: RunWorkerRow,
-                 keys: Callable[[], Iterable[tuple[str, int, int | None]]], run_changes: dict[str, Any]) -> bool:
+    def join_run(self, run_id: str, worker: RunWorkerRow, keys: QueueKeys, run_changes: dict[str, Any]) -> bool:
         """Register ``worker`` on the run. When no other worker is alive, start a new wave: the run's queue becomes
-        every (case id, repetition, claim group) of ``keys()`` without a finished (ok) result, in that order
-        (failed cases are retried), and ``run_changes`` are applied to the run. Returns whether this worker started
-        the wave (else it joins the wave in progress)."""
-        workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
+        every key of ``keys`` without a finished (ok) result, in that order (failed cases are retried), and
+        ``run_changes`` are applied to the run. The queue is recorded as its length only: ``claim_cases`` writes
+        its lease rows a chunk at a time. Returns whether this worker started the wave (else it joins the wave in
+        progress)."""
+        workers, leases, runs = _table(RunWorkerRow), _table(CaseLeaseRow), _table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
             alive = _alive_workers(connection, run_id)
             connection.execute(workers.insert(), [worker.model_dump()])
             if alive:
                 return False
-            results = _table(CaseResultRow)
-            finished = {(case_id, repetition) for case_id, repetition in connection.execute(
-                select(results.c.case_id, results.c.repetition).where(
-                    results.c.run_id == run_id, results.c.status == CaseStatus.OK))}
             connection.execute(leases.delete().where(leases.c.run_id == run_id))
-            _insert_queue(connection, run_id, [key for key in keys() if key[:2] not in finished])
-            runs = _table(RunRow)
-            connection.execute(runs.update().where(runs.c.id == run_id).values(**run_changes))
+            connection.execute(runs.update().where(runs.c.id == run_id).values(
+                **run_changes, queue_total=len(keys), queue_cursor=0))
         return True
 
-    def claim_cases(self, run_id: str, worker_id: str, limit: int, lease_s: float,
+    def claim_cases(self, run_id: str, worker_id: str, keys: QueueKeys, limit: int, lease_s: float,
                     grouped: bool = False) -> list[tuple[int, str, int]]:
         """Claim up to ``limit`` queued or expired cases of the run for ``lease_s`` seconds, in queue order:
         (lease id, case id, repetition); ``grouped``: whole claim groups (the groups of the first ``limit`` free
         cases, so a claim may hold more). PostgreSQL skips rows another worker is claiming at this moment
-        (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE)."""
+        (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE).
+
+        ``keys`` is the wave's key sequence (every worker of a run loaded the same inputs, so the same sequence):
+        when fewer than ``limit`` cases are free and some keys have no lease row yet, the next chunk of them
+        (``QUEUE_CHUNK`` or ``limit``, whichever is more) gets its rows, less those already finished. Grouped
+        claims write every remaining key at once, so a claim group is never split between rows written and keys
+        not yet written (a claim would take the group's written part and another worker the rest)."""
         now = utc_now()
         leases = _table(CaseLeaseRow)
         is_free = (leases.c.run_id == run_id, leases.c.done == false(),
                    or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
         column = leases.c.claim_group if grouped else leases.c.id
-        with self._write_transaction() as connection:
-            picked = (self._pick_groups(connection, run_id, is_free, limit) if grouped else
-                      list(connection.execute(select(column).where(*is_free).order_by(leases.c.id).limit(limit)
-                                              .with_for_update(skip_locked=True)).scalars()))
+
+        def pick(connection: Connection) -> list[int]:
+            if grouped:
+                return self._pick_groups(connection, run_id, is_free, limit)
+            return list(connection.execute(select(column).where(*is_free).order_by(leases.c.id).limit(limit)
+                                           .with_for_update(skip_locked=True)).scalars())
+
+        def claim(connection: Connection, picked: list[int]) -> list[tuple[int, str, int]]:
             if not picked:
                 return []
             # Two statements, not UPDATE ... WHERE x IN (SELECT ... SKIP LOCKED): PostgreSQL may evaluate that
             # subquery while the UPDATE already holds rows of a group, skip them as locked and pick more groups.
-            claim = (leases.update().where(*is_free, column.in_(picked))
-                     .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
-                             attempts=leases.c.attempts + 1)
-                     .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
-            return sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(claim))
+            statement = (leases.update().where(*is_free, column.in_(picked))
+                         .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
+                                 attempts=leases.c.attempts + 1)
+                         .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
+            return sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(statement))
+
+        with self._write_transaction() as connection:
+            picked = pick(connection)
+            if not (grouped or len(picked) < limit) or not _unwritten_keys(connection, run_id):
+                return claim(connection, picked)
+        # Short of free cases while keys wait: write more rows, serialised by the run's lock. A transaction of
+        # its own, since the run's lock must come before any lease row's (join_run and finish_run take them in
+        # that order), and the claim above already holds some.
+        chunk = len(keys) if grouped else max(limit, QUEUE_CHUNK)
+        with self._write_transaction(lock_run=run_id) as connection:
+            picked = pick(connection)
+            while (grouped or len(picked) < limit) and _write_queue_chunk(connection, run_id, keys, chunk):
+                picked = pick(connection)
+            return claim(connection, picked)
 
     @staticmethod
     def _pick_groups(connection: Connection, run_id: str, is_free: Sequence[Any], limit: int) -> list[int]:
@@ -432,27 +455,23 @@ class Store:
             return dict(Counter(row.run_id for row in _alive_workers(connection)))
 
     def queued_cases(self, run_id: str) -> int:
-        """Cases of the run's current wave not yet done (queued, or claimed by a worker)."""
-        leases = _table(CaseLeaseRow)
+        """Cases of the run's current wave not yet done (queued, or claimed by a worker). The keys without lease
+        rows yet count whole: some of them may have finished before the wave, which their rows would leave out."""
         with self.engine.connect() as connection:
-            return int(connection.execute(select(func.count()).select_from(leases).where(
-                leases.c.run_id == run_id, leases.c.done == false())).scalar() or 0)
+            return _queued(connection, run_id)
 
     def finish_run(self, run_id: str, final: Callable[[], dict[str, Any]], *, when: str) -> bool:
         """End the run's wave: under the run's lock, and only when ``when`` holds ("drained": no case of the wave
-        is left undone; "alone": no worker is alive), write ``final()`` (its status with its summary and finish
-        time) and drop the wave's lease rows, all in one transaction: a run is never left finished without its
-        summary. Returns whether it was written."""
+        is left undone, its keys without lease rows included; "alone": no worker is alive), write ``final()`` (its
+        status with its summary and finish time) and close the wave (its lease rows dropped), all in one
+        transaction: a run is never left finished without its summary. Returns whether it was written."""
         leases, runs = _table(CaseLeaseRow), _table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
-            if when == "drained":
-                left = connection.execute(select(func.count()).select_from(leases).where(
-                    leases.c.run_id == run_id, leases.c.done == false())).scalar()
-            else:
-                left = len(_alive_workers(connection, run_id))
+            left = _queued(connection, run_id) if when == "drained" else len(_alive_workers(connection, run_id))
             if left:
                 return False
-            connection.execute(runs.update().where(runs.c.id == run_id).values(**final()))
+            connection.execute(runs.update().where(runs.c.id == run_id).values(
+                **final(), queue_total=None, queue_cursor=None))
             connection.execute(leases.delete().where(leases.c.run_id == run_id))
         return True
 
@@ -747,10 +766,84 @@ def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Ro
             if row.host != HOST or _process_exists(row.pid)]
 
 
-def _insert_queue(connection: Connection, run_id: str, keys: Sequence[tuple[str, int, int | None]]) -> None:
-    """A wave's lease rows, in queue order, written by the driver directly: a DDXPlus test split is 134,529 rows,
-    which SQLAlchemy's per-row parameter processing would make a second of the run's start. PostgreSQL gets them
-    in one statement from two arrays (an executemany costs a round trip per row there)."""
+QueueKey = tuple[str, int, int | None]
+"""(case id, repetition, claim group) of one case of a wave."""
+
+QUEUE_CHUNK = 5000
+"""Keys given lease rows at a time: a claim that writes a chunk costs a few milliseconds, where the whole DDXPlus
+test split (134,529 rows) would cost the run's start about half a second."""
+
+
+class QueueKeys:
+    """A wave's keys in run order, by index: every case id for repetition 0, then for 1, and so on, each with its
+    claim group. A group is one solver group (``claim_group(case id)``) of one repetition, and a case the solver
+    does not group is a group of its own (a negative number), so every case is claimable. Keys are made when
+    sliced: the store reads a chunk at a time, never the whole sequence."""
+
+    def __init__(self, case_ids: Sequence[str], repetitions: int,
+                 claim_group: Callable[[str], int | None] | None = None) -> None:
+        self.case_ids = case_ids
+        self.repetitions = repetitions
+        self.claim_group = claim_group
+
+    def __len__(self) -> int:
+        return len(self.case_ids) * self.repetitions
+
+    def slice(self, start: int, stop: int) -> list[QueueKey]:
+        ids, group, per_rep = self.case_ids, self.claim_group, len(self.case_ids)
+        keys: list[QueueKey] = []
+        for index in range(max(start, 0), min(stop, len(self))):
+            rep, position = divmod(index, per_rep)
+            case_id = ids[position]
+            if group is None:
+                keys.append((case_id, rep, None))
+                continue
+            solver_group = group(case_id)
+            keys.append((case_id, rep, solver_group * self.repetitions + rep if solver_group is not None
+                         else -(index + 1)))
+        return keys
+
+
+def _unwritten_keys(connection: Connection, run_id: str) -> int:
+    """How many keys of the run's wave have no lease row yet."""
+    runs = _table(RunRow)
+    row = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).first()
+    # A wave opened before lazily written queues (both unset) has every row written.
+    return 0 if row is None or row.queue_total is None else row.queue_total - (row.queue_cursor or 0)
+
+
+def _queued(connection: Connection, run_id: str) -> int:
+    leases = _table(CaseLeaseRow)
+    undone = connection.execute(select(func.count()).select_from(leases).where(
+        leases.c.run_id == run_id, leases.c.done == false())).scalar()
+    return int(undone or 0) + _unwritten_keys(connection, run_id)
+
+
+def _write_queue_chunk(connection: Connection, run_id: str, keys: QueueKeys, chunk: int) -> bool:
+    """Give the wave's next ``chunk`` keys lease rows, less those with a finished (ok) result, and advance the
+    run's cursor past them. The caller holds the run's lock. Returns False when no key was left to write."""
+    runs, results = _table(RunRow), _table(CaseResultRow)
+    row = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).one()
+    if row.queue_total is None or row.queue_cursor >= row.queue_total:
+        return False
+    stop = min(row.queue_total, row.queue_cursor + chunk)
+    batch = keys.slice(row.queue_cursor, stop)
+    case_ids = sorted({key[0] for key in batch})
+    finished: set[tuple[str, int]] = set()
+    for start in range(0, len(case_ids), 900):
+        finished.update((case_id, rep) for case_id, rep in connection.execute(
+            select(results.c.case_id, results.c.repetition).where(
+                results.c.run_id == run_id, results.c.status == CaseStatus.OK,
+                results.c.case_id.in_(case_ids[start:start + 900]))))
+    _insert_queue(connection, run_id, [key for key in batch if key[:2] not in finished])
+    connection.execute(runs.update().where(runs.c.id == run_id).values(queue_cursor=stop))
+    return True
+
+
+def _insert_queue(connection: Connection, run_id: str, keys: Sequence[QueueKey]) -> None:
+    """Lease rows, in queue order, written by the driver directly: SQLAlchemy's per-row parameter processing
+    would cost several times the insert. PostgreSQL gets them in one statement from three arrays (an executemany
+    costs a round trip per row there)."""
     if not keys:
         return
     if connection.dialect.name == "postgresql":
@@ -824,8 +917,8 @@ def new_run_id(benchmark: str) -> str:
 
 __all__ = [
     "HOST", "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
-    "RunRow", "RunWorkerRow", "Store", "StoreError", "TestPriceRow", "TurnRow", "make_engine", "new_run_id",
-    "open_store", "redact_url", "upgrade",
+    "QueueKeys", "RunRow", "RunWorkerRow", "Store", "StoreError", "TestPriceRow", "TurnRow", "make_engine",
+    "new_run_id", "open_store", "redact_url", "upgrade",
 ]
 
 # The annotation tables join SQLModel's metadata here, so every Store creates and checks them.
