@@ -16,8 +16,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from sqlalchemy import text
 
 from medeval_core import service, workers
+from medeval_core import store as store_module
 from medeval_core.benchmark import CaseContext
 from medeval_core.records import (
     Case,
@@ -146,6 +148,144 @@ def test_claims_take_whole_claim_groups_so_no_two_workers_share_a_batch(db_url: 
     for name, batches in batches_of.items():  # each batch held by one worker, whole
         assert all(sum(index // 4 == batch for index in claimed[name]) == 4 for batch in batches), name
         assert all(not batches & other for other_name, other in batches_of.items() if other_name != name)
+
+
+def lease_rows(store: Store, run_id: str = "r") -> list[tuple[str, int]]:
+    """The run's lease rows, (case id, repetition), in queue order."""
+    with store.engine.connect() as connection:
+        return [(row[0], row[1]) for row in connection.execute(text(
+            "SELECT case_id, repetition FROM case_leases WHERE run_id = :run ORDER BY id"), {"run": run_id})]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Claims write 10 keys' rows at a time, so a few dozen cases cross several chunk boundaries."""
+    monkeypatch.setattr(store_module, "QUEUE_CHUNK", 10)
+    return 10
+
+
+def test_a_new_wave_writes_no_lease_rows_yet_counts_every_key(db_url: str, small_chunks: int) -> None:
+    store = Store(db_url)
+    keys = queued_run(store, 50, repetitions=2)
+    assert lease_rows(store) == [] and store.queued_cases("r") == 100
+    claimed = store.claim_cases("r", "a", keys, 3, lease_s=30)
+    assert [(c, rep) for _, c, rep in claimed] == [("case-0000", 0), ("case-0001", 0), ("case-0002", 0)]
+    assert len(lease_rows(store)) == small_chunks and store.queued_cases("r") == 100  # claimed is not done
+    store.save_case_records([service_records("r", c) for _, c, _ in claimed], leases=[i for i, _, _ in claimed])
+    assert store.queued_cases("r") == 97
+
+
+def test_claims_across_chunks_give_every_key_once_in_queue_order(db_url: str, small_chunks: int) -> None:
+    store = Store(db_url)
+    keys = queued_run(store, 75, repetitions=2)  # 150 keys: 15 chunks, claims of 7 straddle their boundaries
+    claimed: dict[str, list[tuple[int, str, int]]] = {}
+    errors: list[BaseException] = []
+    all_started = threading.Barrier(4)
+
+    def claim_all(name: str) -> None:
+        own = Store(db_url)
+        try:
+            batch = own.claim_cases("r", name, keys, 7, lease_s=30)
+            all_started.wait(timeout=60)
+            while batch:
+                claimed.setdefault(name, []).extend(batch)
+                batch = own.claim_cases("r", name, keys, 7, lease_s=30)
+        except Exception as exc:  # noqa: BLE001 - a deadlock or a duplicate row must fail the test
+            errors.append(exc)
+        own.engine.dispose()
+
+    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    every_key = [(c, rep) for c, rep, _ in keys.slice(0, len(keys))]
+    assert lease_rows(store) == every_key  # rows written in queue order, each key once
+    handed_out = [(c, rep) for mine in claimed.values() for _, c, rep in mine]
+    assert sorted(handed_out) == sorted(every_key)  # each claimed exactly once
+    assert sum(bool(mine) for mine in claimed.values()) >= 2
+    for mine in claimed.values():  # each worker's claims follow the queue
+        assert [lease for lease, _, _ in mine] == sorted(lease for lease, _, _ in mine)
+    assert store.queued_cases("r") == len(every_key)  # claimed, none done
+
+
+def test_a_resume_writes_rows_only_for_keys_without_a_finished_result(db_url: str, small_chunks: int) -> None:
+    store = Store(db_url)
+    store.create_run(RunConfig(benchmark="t"), run_id="r", expected_cases=40)
+    ok = {3, 7, *range(10, 20)}  # one whole chunk (10-19) finished: a chunk that writes no row at all
+    failed = {5, 25}
+    store.save_case_records(
+        [service_records("r", f"case-{i:04d}") for i in sorted(ok)]
+        + [CaseRecords(result=CaseResult(run_id="r", case_id=f"case-{i:04d}", status=CaseStatus.FAILED,
+                                         error="boom")) for i in sorted(failed)])
+    keys = QueueKeys([case.case_id for case in make_cases(40)], 1)
+    assert store.join_run("r", a_worker("r", "starter"), keys, {"status": RunStatus.RUNNING})
+    first = store.claim_cases("r", "a", keys, 12, lease_s=30)
+    todo = [f"case-{i:04d}" for i in range(40) if i not in ok]
+    assert [c for _, c, _ in first] == todo[:12]  # across the finished chunk; failed case 5 is retried
+    rest = store.claim_cases("r", "a", keys, 100, lease_s=30)
+    assert [c for _, c, _ in first + rest] == todo
+    assert [c for c, _ in lease_rows(store)] == todo
+    assert store.claim_cases("r", "b", keys, 100, lease_s=30) == []
+
+
+def test_grouped_claims_write_the_whole_queue_so_no_group_is_split(db_url: str, small_chunks: int) -> None:
+    store = Store(db_url)
+    keys = queued_run(store, 40, group_size=6)  # groups straddle the 10-key chunk boundaries
+    first = store.claim_cases("r", "a", keys, 3, lease_s=30, grouped=True)
+    assert len(lease_rows(store)) == 40
+    assert [c for _, c, _ in first] == [f"case-{i:04d}" for i in range(6)]
+    second = store.claim_cases("r", "b", keys, 5, lease_s=30, grouped=True)
+    assert [c for _, c, _ in second] == [f"case-{i:04d}" for i in range(6, 12)]  # the group over keys 10-11 too
+
+
+def test_a_drained_finish_waits_for_keys_without_rows(db_url: str, small_chunks: int) -> None:
+    store = Store(db_url)
+    keys = queued_run(store, 25)
+
+    def claim_and_finish(limit: int) -> None:
+        batch = store.claim_cases("r", "a", keys, limit, lease_s=30)
+        store.save_case_records([service_records("r", c) for _, c, _ in batch], leases=[i for i, _, _ in batch])
+
+    claim_and_finish(10)
+    assert store.queued_cases("r") == 15  # no undone row, 15 keys without one
+    assert not store.finish_run("r", lambda: {"status": RunStatus.COMPLETED}, when="drained")
+    claim_and_finish(100)
+    assert store.finish_run("r", lambda: {"status": RunStatus.COMPLETED}, when="drained")
+    run = store.get_run("r")
+    assert run.status == RunStatus.COMPLETED and (run.queue_total, run.queue_cursor) == (None, None)
+    assert lease_rows(store) == [] and store.queued_cases("r") == 0
+    assert len(store.results("r")) == 25
+
+
+def test_a_run_over_many_chunks_completes_each_case_once(db_url: str, small_chunks: int) -> None:
+    """The runner through the lazily written queue: two executions at once, three threads each, 2 repetitions."""
+    store = Store(db_url)
+    store.create_run(RunConfig(benchmark="t"), run_id="r", expected_cases=120)
+    calls: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def run_case(case: Case, ctx: CaseContext) -> CaseOutcome:
+        with lock:
+            calls.append((case.case_id, ctx.repetition))
+        time.sleep(0.002)
+        return CaseOutcome(metrics={"ok": True})
+
+    reports = []
+
+    def execute() -> None:
+        batch = BatchRunner(Store(db_url), load_settings(), workers=3, idle_poll_s=0.05, max_claim=4)
+        reports.append(batch.execute("r", make_cases(60), run_case, 2))
+
+    threads = [threading.Thread(target=execute) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(calls) == sorted((case.case_id, rep) for case in make_cases(60) for rep in range(2))
+    assert {report.status for report in reports} == {RunStatus.COMPLETED}
+    assert len(store.results("r")) == 120 and store.queued_cases("r") == 0
 
 
 def test_the_ddi_generation_solver_groups_cases_by_its_fixed_batches() -> None:
@@ -301,8 +441,6 @@ def test_three_workers_one_sigkilled_leave_exactly_one_result_per_case(postgres_
     # On this host a worker whose process is gone is dead at once (no wait for its lease to run out).
     assert processes[0].pid not in {w.pid for w in store.live_workers(run_id)}
     with store.engine.connect() as connection:
-        from sqlalchemy import text
-
         held = connection.execute(text(
             "SELECT count(*) FROM case_leases JOIN run_workers ON run_workers.id = case_leases.worker_id "
             "WHERE run_workers.pid = :pid AND NOT case_leases.done"), {"pid": processes[0].pid}).scalar()
