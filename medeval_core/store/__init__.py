@@ -161,7 +161,8 @@ class AnnotationRow(SQLModel, table=True):
 class CaseLeaseRow(SQLModel, table=True):
     """One (case, repetition) of a run's current wave of work. A worker claims queued or expired rows (holding
     them until ``expires_at``, extended by its heartbeat) and marks them done in the transaction that stores
-    their results; a new wave (a resume when no worker is alive) replaces the run's rows."""
+    their results; a new wave (a resume when no worker is alive) drops the run's rows, and claims write the new
+    wave's a chunk at a time (``Store.claim_cases``)."""
 
     __tablename__ = "case_leases"
     __table_args__ = (
@@ -324,13 +325,16 @@ class Store:
     # Case leases and workers ----------------------------------------------------------------------------------
     # Every process executing a run is a worker (a row in run_workers with a heartbeat). The run's work is a queue
     # of lease rows; workers claim rows in queue order, extend their claims with the heartbeat, and mark them done
-    # with the results. An expired claim (its worker stopped heart-beating) is claimable again.
+    # with the results. An expired claim (its worker stopped heart-beating) is claimable again. A wave starts as
+    # its length alone (runs.queue_total); claims give its keys rows a chunk at a time (runs.queue_cursor), so a
+    # run of 134,529 cases starts without writing 134,529 rows.
 
     @contextmanager
     def _write_transaction(self, lock_run: str | None = None) -> Iterator[Connection]:
         """A write transaction that takes its locks first. SQLite: BEGIN IMMEDIATE takes the database's write lock
         before the first read, so no two workers read the same free leases. PostgreSQL: ``lock_run`` locks that
-        run's row (joining and finishing a run are serialised); claims lock their rows FOR UPDATE SKIP LOCKED."""
+        run's row (joining a run, finishing it and writing its queue's next chunk are serialised), always before any
+        lease row in the transaction; claims lock their rows FOR UPDATE SKIP LOCKED."""
         with self._write_lock, self.engine.begin() as connection:
             if self.engine.dialect.name == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
@@ -391,9 +395,12 @@ class Store:
                          .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
             return sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(statement))
 
+        def short(picked: list[int]) -> bool:  # a grouped claim writes every key the first time it is short
+            return grouped or len(picked) < limit
+
         with self._write_transaction() as connection:
             picked = pick(connection)
-            if not (grouped or len(picked) < limit) or not _unwritten_keys(connection, run_id):
+            if not short(picked) or not _unwritten_keys(connection, run_id):
                 return claim(connection, picked)
         # Short of free cases while keys wait: write more rows, serialised by the run's lock. A transaction of
         # its own, since the run's lock must come before any lease row's (join_run and finish_run take them in
@@ -401,7 +408,7 @@ class Store:
         chunk = len(keys) if grouped else max(limit, QUEUE_CHUNK)
         with self._write_transaction(lock_run=run_id) as connection:
             picked = pick(connection)
-            while (grouped or len(picked) < limit) and _write_queue_chunk(connection, run_id, keys, chunk):
+            while short(picked) and _write_queue_chunk(connection, run_id, keys, chunk):
                 picked = pick(connection)
             return claim(connection, picked)
 
