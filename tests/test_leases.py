@@ -288,6 +288,23 @@ def test_a_run_over_many_chunks_completes_each_case_once(db_url: str, small_chun
     assert len(store.results("r")) == 120 and store.queued_cases("r") == 0
 
 
+def test_storing_results_does_not_wait_for_the_runs_lock(postgres_url: str) -> None:
+    """The run's lock (a chunk being written, a join, a finish) must not hold up workers storing results: their
+    foreign key check locks the run's row too (KEY SHARE), which FOR UPDATE would block."""
+    store, other = Store(postgres_url), Store(postgres_url)
+    keys = queued_run(store, 3)
+    claimed = store.claim_cases("r", "a", keys, 3, lease_s=30)
+    with other._write_transaction(lock_run="r"):
+        saver = threading.Thread(target=store.save_case_records, args=(
+            [service_records("r", c) for _, c, _ in claimed], [i for i, _, _ in claimed]))
+        saver.start()
+        saver.join(timeout=5)
+        stored_while_locked = not saver.is_alive()
+    saver.join()
+    assert stored_while_locked and store.queued_cases("r") == 0
+    other.engine.dispose()
+
+
 def test_the_ddi_generation_solver_groups_cases_by_its_fixed_batches() -> None:
     from medeval_core.benchmarks.ddi.benchmark import _GenerateSolver
 

@@ -334,13 +334,16 @@ class Store:
         """A write transaction that takes its locks first. SQLite: BEGIN IMMEDIATE takes the database's write lock
         before the first read, so no two workers read the same free leases. PostgreSQL: ``lock_run`` locks that
         run's row (joining a run, finishing it and writing its queue's next chunk are serialised), always before any
-        lease row in the transaction; claims lock their rows FOR UPDATE SKIP LOCKED."""
+        lease row in the transaction; claims lock their rows FOR UPDATE SKIP LOCKED. The run's lock is FOR NO KEY
+        UPDATE, not FOR UPDATE: storing a result checks its foreign key with a KEY SHARE lock on the run's row,
+        which FOR UPDATE would make wait for a chunk being written, or, while it holds lease rows a joining or
+        finishing worker deletes, deadlock with it."""
         with self._write_lock, self.engine.begin() as connection:
             if self.engine.dialect.name == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             elif lock_run is not None:
                 runs = _table(RunRow)
-                connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update())
+                connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update(key_share=True))
             yield connection
 
     def join_run(self, run_id: str, worker: RunWorkerRow, keys: QueueKeys, run_changes: dict[str, Any]) -> bool:
