@@ -51,7 +51,13 @@ from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb  # noqa: E
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent  # noqa: E402
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, load_patients  # noqa: E402
 from medeval_core.benchmarks.ddxplus.scoring import PredictionBuilder  # noqa: E402
-from medeval_core.metrics.ddxplus import METRIC_KEYS, THRESHOLD, mean_metrics, per_patient  # noqa: E402
+from medeval_core.metrics.ddxplus import (  # noqa: E402
+    METRIC_KEYS,
+    SUM_TOLERANCE,
+    THRESHOLD,
+    mean_metrics,
+    per_patient,
+)
 
 TEST_SPLIT = 134_529
 # Best of several runs on each side (timeit's convention): the machine is shared, the minimum is the cost.
@@ -74,8 +80,12 @@ print(json.dumps({"wall": wall, "peak_mb": peak_kb / 1024, "rc": done.returncode
 
 def plain_recipe(predicted: dict[str, float], gold_set: set[str], gold_pathology: str, collected: set[str],
                  present: set[str]) -> dict[str, float]:
-    """The seed recipe for one patient, with design.md §3.2's top rule and root sets; ``gold_set`` is the
-    thresholded ground truth, as the vectorised side's GroundTruth holds it."""
+    """The seed recipe for one patient, with design.md §3.2's normalisation (a differential not summing to 1 is
+    divided by its sum before the cut), top rule and root sets; ``gold_set`` is the thresholded ground truth, as
+    the vectorised side's GroundTruth holds it."""
+    total = sum(predicted.values())
+    if total > 0 and abs(total - 1.0) > SUM_TOLERANCE:
+        predicted = {name: mass / total for name, mass in predicted.items()}
     pred_set = {p for p, mass in predicted.items() if mass > THRESHOLD}
     tp = len(pred_set & gold_set)
     ddr = tp / len(gold_set) * 100 if gold_set else 0.0
