@@ -301,3 +301,12 @@ def test_arrow_reads_each_mass_as_float_does():
     assert lists.masses is not None
     assert np.array_equal(lists.masses, expected) and np.array_equal(np.signbit(lists.masses), np.signbit(expected))
     np.testing.assert_array_equal(lists.ok, np.isfinite(expected[::2]))
+
+
+def test_a_block_of_blank_lines_alone_is_no_rows(tmp_path, kb, monkeypatch):
+    """Trailing blank lines that fill whole blocks give blocks of no rows (the Python reader recursed on them)."""
+    monkeypatch.setattr(module, "_BLOCK_CHARS", 1 << 12)
+    path = tmp_path / "patients.csv"
+    path.write_text(sample_csv().read_text(encoding="utf-8") + "\n" * 20_000, encoding="utf-8")
+    parsed = module._read_sequentially(path, kb, None)
+    assert parsed.report.total_rows == parsed.report.loaded == 1066
