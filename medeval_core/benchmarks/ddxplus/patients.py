@@ -11,9 +11,9 @@ Reading is columnar, so that the 134,529-patient test split loads in about a sec
   any other layout is read with the csv module instead.
 - Each rule runs once per distinct value, not once per row: ages, sexes, pathologies, codes and the separators
   between list items repeat (a few thousand distinct values over 134,529 rows).
-- The list cells of a block are joined and split on the Python quote: the pieces inside quotes are the codes
-  or names, the pieces outside are separators, which must be spelt the way ``repr`` writes lists, and whose
-  digits are the masses, parsed in one go (``parse_numbers``).
+- The list cells of a block are split on the Python quote by Arrow's kernels (``pyarrow.compute``, no Python
+  object per piece): the pieces inside quotes are the codes or names, made distinct there; a cell must be spelt
+  the way ``repr`` writes lists (one RE2 match per cell), and its masses are cast by Arrow in one go.
 - A row that fails any of these bulk checks is read again by the row parser, which holds every rule and every
   skip reason, and also accepts list cells in other literal spellings (``ast.literal_eval``). The bulk checks
   only ever accept what the row parser accepts, with the same values, so the result is the row parser's.
@@ -42,7 +42,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from itertools import count, islice, pairwise
-from operator import methodcaller
 from pathlib import Path
 from typing import Any, overload
 
@@ -81,7 +80,7 @@ _LAYOUT_BETWEEN = re.compile(rf",({_FIELD})(?:\r?\n)+({_FIELD}),")
 _LAYOUT_LAST = re.compile(rf",({_FIELD})(?:\r?\n)*")
 
 
-# Bulk text helpers (the prediction reader uses them too) -----------------------------------------------------
+# Bulk text helpers (the prediction reader's; the loader uses distinct and spans too) ----------------------------
 
 
 def distinct(pieces: Sequence[Hashable]) -> tuple[np.ndarray, list[Any]]:
@@ -106,8 +105,7 @@ def shape_table(kept: bytes) -> bytes:
 
 _NUMBER_BYTES = b"0123456789.eE+-"
 # ``float`` parses about 3 million numbers a second, pandas about 15 million, but importing pandas takes 0.3 s:
-# a small file (the 1,066-patient sample has about 11,000 masses) is quicker without it. A block of a big file
-# (``_BLOCK_CHARS``) holds about 60,000.
+# a small file (about 11,000 masses for the 1,066-patient sample) is quicker without it.
 _FEW_NUMBERS = 20_000
 _NUMBER_LINES = bytes.maketrans(b"\x00", b"\n")
 _NOT_NUMBER = bytes(sorted(set(range(256)) - set(_NUMBER_BYTES) - {0}))
@@ -527,33 +525,34 @@ class _RowParser:
 # Bulk reading --------------------------------------------------------------------------------------------------
 
 
-_LIST_SHAPES = shape_table(b"[], \n.eE+-")
-_SHAPE_NUMBER = rb"-?d+(?:\.d+)?(?:[eE][-+]?d+)?"
+_NUMBER_SPELT = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
 
 
 @dataclass(frozen=True)
 class _ListSyntax:
-    """How ``repr`` writes a list cell, in terms of the pieces between quoted strings (shapes, digits as d)."""
+    """How ``repr`` writes a list cell: ``[``, entries joined by ``, ``, ``]``; an entry is a quoted string between
+    ``before`` and ``after``. The patterns keep to the syntax RE2 (Arrow's) and ``re`` share."""
 
-    first: re.Pattern[bytes]
-    between: re.Pattern[bytes]
-    last: re.Pattern[bytes]
+    cell: str
+    """A whole cell (RE2)."""
+    opening: re.Pattern[str]
+    closing: re.Pattern[str]
+    """The pieces before a cell's first string and after its last one."""
     has_masses: bool
     merged: str | None
-    """What repr writes between two strings of a cell when nothing else is (no masses): read as one piece."""
+    """What repr writes between two strings of a cell when nothing else is (no masses): the strings of a cell are
+    read as one piece, split at NUL."""
 
     @classmethod
-    def of(cls, before: bytes, after: bytes, has_masses: bool, merged: str | None = None) -> _ListSyntax:
-        """``before``/``after``: what surrounds each quoted string inside its entry."""
-        return cls(first=re.compile(rb"(?:\[\]\n)*\[" + before),
-                   between=re.compile(after + rb"(?:, |\](?:\n\[\])*\n\[)" + before),
-                   last=re.compile(after + rb"\](?:\n\[\])*\n"), has_masses=has_masses, merged=merged)
+    def of(cls, before: str, after: str, has_masses: bool, merged: str | None = None) -> _ListSyntax:
+        entry = f"{before}'[^']*'{after}"
+        return cls(cell=rf"^\[(?:{entry}(?:, {entry})*)?\]$", opening=re.compile(rf"\[{before}"),
+                   closing=re.compile(rf"{after}\]"), has_masses=has_masses, merged=merged)
 
 
 # ['E_91', 'E_55_@_V_89'] and [['URTI', 0.6], ['Influenza', 0.4]].
-_EVIDENCE_SYNTAX = _ListSyntax.of(b"", b"", has_masses=False, merged="', '")
-_DIFFERENTIAL_SYNTAX = _ListSyntax.of(rb"\[", rb", " + _SHAPE_NUMBER + rb"\]", has_masses=True)
-_NO_ENTRIES = re.compile(rb"(?:\[\]\n)*")
+_EVIDENCE_SYNTAX = _ListSyntax.of("", "", has_masses=False, merged="', '")
+_DIFFERENTIAL_SYNTAX = _ListSyntax.of(r"\[", rf", {_NUMBER_SPELT}\]", has_masses=True)
 
 
 @dataclass
@@ -566,68 +565,113 @@ class _Lists:
     codes: np.ndarray
     """Per entry, its string's index in ``texts``."""
     texts: list[str | None]
-    """Distinct quoted strings; None for one the row parser would not read as is (a backslash)."""
+    """Distinct quoted strings, in first-seen order; None for one the row parser would not read as is (a
+    backslash)."""
     masses: np.ndarray | None
+    """Per entry; NaN in a cell that does not match the syntax (the row parser reads it)."""
+
+
+# Arrays cross between NumPy and Arrow as buffers: ``pyarrow.array`` and ``to_numpy`` import pandas (0.3 s).
+def _arrow_mask(values: np.ndarray) -> Any:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values,
+                                                                                          bitorder="little"))])
+
+
+def _numpy(values: Any) -> np.ndarray:
+    """An Arrow array of numbers or bools, without nulls, as NumPy (``to_pandas_dtype`` is NumPy's dtype; it does
+    not import pandas)."""
+    start, stop = values.offset, values.offset + len(values)
+    if values.type.bit_width == 1:
+        bits = np.frombuffer(values.buffers()[1], dtype=np.uint8)
+        return np.unpackbits(bits, bitorder="little", count=stop)[start:].astype(bool)
+    return np.frombuffer(values.buffers()[1], dtype=values.type.to_pandas_dtype(), count=stop)[start:]
 
 
 def _list_cells(cells: list[str], syntax: _ListSyntax) -> _Lists:
+    """Each cell split on the Python quote by Arrow's kernels: within a cell the pieces at odd positions are the
+    strings, made distinct by ``dictionary_encode`` (first-seen order, which the differential's names keep); a cell
+    is ok when RE2 matches it whole and its masses, cast by Arrow (``float``'s double: fast_float rounds
+    correctly, a test checks it), are finite."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     n = len(cells)
+    # repr writes neither raw in a string: the row parser reads those cells (read here as empty lists).
+    unread = np.zeros(n, dtype=bool)
     text = "\n".join(cells)
-    if text.count("\n") != n - 1 or "\x00" in text:
-        # A cell holding a line break or a NUL would shift the cells apart: the row parser reads those.
-        odd = np.array(["\n" in cell or "\x00" in cell for cell in cells], dtype=bool)
-        return _without(cells, odd, syntax)
-    if syntax.merged:
-        # Each cell's strings become one piece, split at NUL: half as many pieces. Undone, the NULs give back the
-        # text, so the checks below still see exactly what the file says.
-        text = text.replace(syntax.merged, "\x00")
-    pieces = (text + "\n").split("'")
+    if text.count("\n") > n - 1 or "\x00" in text:
+        unread = np.array(["\n" in cell or "\x00" in cell for cell in cells], dtype=bool)
+        cells = ["[]" if skip else cell for cell, skip in zip(cells, unread, strict=True)]
+        text = "\n".join(cells)
+    encoded = text.encode()
     del text
-    outside = pieces[0::2]
-    if syntax.has_masses:
-        shape_codes, distinct_shapes, joined = shapes(outside, _LIST_SHAPES)
-    else:
-        # No numbers: each distinct separator is its own shape.
-        shape_codes, distinct_shapes = distinct(outside)
-    newlines = np.array([shape.count("\n" if isinstance(shape, str) else b"\n") for shape in distinct_shapes],
-                        dtype=np.int64)[shape_codes]
-    if int(newlines.sum()) != n:
-        # Some cell has an odd number of quotes, so quoted strings would run across cells.
-        odd = np.array([cell.count("'") % 2 == 1 for cell in cells], dtype=bool)
-        return _without(cells, odd, syntax)
-    ends = np.cumsum(newlines)
-    starts = ends - newlines
-    rows = ends[:-1]
-    encoded = [shape if isinstance(shape, bytes) else shape.encode() for shape in distinct_shapes]
-    piece_ok = np.array([syntax.between.fullmatch(shape) is not None for shape in encoded], dtype=bool)[shape_codes]
-    first, last = encoded[shape_codes[0]], encoded[shape_codes[-1]]
-    if len(outside) == 1:
-        piece_ok[0] = _NO_ENTRIES.fullmatch(first) is not None
-    else:
-        piece_ok[0] = syntax.first.fullmatch(first) is not None
-        piece_ok[-1] = syntax.last.fullmatch(last) is not None
-    bad = spans(n, starts[~piece_ok], ends[~piece_ok])
-    inside = pieces[1::2]
+    # The cells as one Arrow string split at the line breaks: no ``pyarrow.array``. No cells join to one empty
+    # one, which [:n] drops.
+    whole = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(encoded)])),
+                                                         pa.py_buffer(encoded)])
+    array = pc.split_pattern(whole, "\n").values[:n]
     if syntax.merged:
-        per_piece = np.fromiter(map(methodcaller("count", "\x00"), inside), dtype=np.int64, count=len(inside)) + 1
-        inside = "\x00".join(inside).split("\x00") if inside else []
-        rows = np.repeat(rows, per_piece)
-    codes, raw = distinct(inside)
-    texts = [None if "\\" in value else value for value in raw]
+        # Far fewer pieces. replace_substring replaces as str.replace does (leftmost, not overlapping).
+        array = pc.replace_substring(array, syntax.merged, "\x00")
+    fits = _numpy(pc.match_substring_regex(array, syntax.cell))
+    split = pc.split_pattern(array, "'")
+    offsets = _numpy(split.offsets).astype(np.int64)
+    lengths = np.diff(offsets)
+    # An even number of pieces is an odd number of quotes: a string left open, for the row parser.
+    unread |= lengths % 2 == 0
+    doubted = ~fits & ~unread
+    if doubted.any():
+        doubted = _doubted(cells, fits, unread, lengths > 1, syntax)
+    ok = ~unread & ~doubted
+    cell = np.repeat(np.arange(n), lengths)
+    position = np.arange(len(split.values)) - offsets[:-1][cell]
+    inside = (position % 2 == 1) & ~unread[cell]
+    strings = split.values.filter(_arrow_mask(inside))
+    rows = cell[inside]
+    if syntax.merged:
+        strings = pc.split_pattern(strings, "\x00")
+        rows = np.repeat(rows, np.diff(_numpy(strings.offsets)))
+        strings = strings.values
+    distinct_strings = pc.dictionary_encode(strings)
+    texts = [None if "\\" in value else value for value in distinct_strings.dictionary.to_pylist()]
     masses = None
     if syntax.has_masses:
-        # The mass of entry j is the number in the piece after its string (outside piece j + 1).
-        masses = parse_numbers(joined, outside, piece_ok)[1:]
-        bad |= np.bincount(rows[~np.isfinite(masses)], minlength=n) > 0
-    return _Lists(ok=~bad, counts=np.bincount(rows, minlength=n), rows=rows, codes=codes, texts=texts,
-                  masses=masses)
+        # After each string of a cell that fits: ", <mass>], [" or ", <mass>]]".
+        after = (position % 2 == 0) & (position > 0) & fits[cell] & ~unread[cell]
+        spelt = pc.ascii_rtrim(pc.ascii_ltrim(split.values.filter(_arrow_mask(after)), ", "), "[], ")
+        masses = np.full(len(rows), np.nan)
+        masses[fits[rows]] = _numpy(pc.cast(spelt, pa.float64()))
+        ok &= np.bincount(rows[~np.isfinite(masses)], minlength=n) == 0
+    return _Lists(ok=ok, counts=np.bincount(rows, minlength=n), rows=rows,
+                  codes=_numpy(distinct_strings.indices).astype(np.int64), texts=texts, masses=masses)
 
 
-def _without(cells: list[str], odd: np.ndarray, syntax: _ListSyntax) -> _Lists:
-    """``_list_cells`` with the ``odd`` cells read as empty and marked not ok (the row parser reads them)."""
-    lists = _list_cells(["[]" if skip else cell for cell, skip in zip(cells, odd, strict=True)], syntax)
-    lists.ok &= ~odd
-    return lists
+def _doubted(cells: list[str], fits: np.ndarray, unread: np.ndarray, quoted: np.ndarray,
+             syntax: _ListSyntax) -> np.ndarray:
+    """The cells that do not fit, and around them: each run of cells from one cell with strings to the next (or
+    the block's edge) where the last piece of the first, the first piece of the other or an entry-less cell
+    between is not as repr writes it. The reader before Arrow's split the block's cells as one text, where these
+    pieces join into one, and doubted the whole run; so do we, that the same rows go to the row parser."""
+    n = len(cells)
+    opening_ok, closing_ok, empty_ok = np.ones(n, dtype=bool), np.ones(n, dtype=bool), np.ones(n, dtype=bool)
+    quoted = quoted & ~unread
+    for i in np.flatnonzero(~fits & ~unread).tolist():
+        text = cells[i].replace(syntax.merged, "\x00") if syntax.merged else cells[i]
+        pieces = text.split("'")
+        if len(pieces) == 1:
+            empty_ok[i] = text == "[]"
+        else:
+            opening_ok[i] = syntax.opening.fullmatch(pieces[0]) is not None
+            closing_ok[i] = syntax.closing.fullmatch(pieces[-1]) is not None
+    with_strings = np.flatnonzero(quoted)
+    lefts, rights = np.concatenate([[-1], with_strings]), np.concatenate([with_strings, [n]])
+    bad = np.zeros(len(lefts), dtype=bool)
+    bad[np.searchsorted(with_strings, np.flatnonzero(~empty_ok & ~quoted))] = True
+    bad |= (lefts >= 0) & ~closing_ok[np.maximum(lefts, 0)]
+    bad |= (rights < n) & ~opening_ok[np.minimum(rights, n - 1)]
+    return (~fits & ~unread) | spans(n, np.maximum(lefts, 0)[bad], np.minimum(rights, n - 1)[bad])
 
 
 @dataclass
