@@ -573,7 +573,7 @@ class _Lists:
 
 # Arrays cross between NumPy and Arrow as buffers: ``pyarrow.array`` and ``to_numpy`` import pandas (0.3 s).
 def _arrow_mask(values: np.ndarray) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
     return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values,
                                                                                           bitorder="little"))])
@@ -595,7 +595,7 @@ def _list_cells(cells: list[str], syntax: _ListSyntax) -> _Lists:
     is ok when RE2 matches it whole and its masses, cast by Arrow (``float``'s double: fast_float rounds
     correctly, a test checks it), are finite."""
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
+    import pyarrow.compute as pc
 
     n = len(cells)
     # repr writes neither raw in a string: the row parser reads those cells (read here as empty lists).
