@@ -23,7 +23,8 @@ Fixed cost alone: --fixed-cost-only [--repeat 3] starts the run, waits for its f
 that result's ``started_at`` and stops the process (no agent-alone part, no store check); prints each try and
 the best, twice: with a cold parse cache (a fresh empty ``MEDEVAL_CACHE_DIR`` per try: the patients file is
 parsed, and its parse written to the cache) and with a warm one (the cache filled by an untimed run first: the
-file is hashed and its parse read back). The full run's fixed cost is a cold one.
+file is hashed and its parse read back). The full run's fixed cost is a cold one. ``--baseline DIR`` runs the
+same tries from another checkout too, alternating with this one's (like with like on a shared machine).
 """
 
 from __future__ import annotations
@@ -135,9 +136,9 @@ def check_store(db: Path, total: int) -> dict[str, float]:
             "last_finish": max(_stamp(row[5]) for row in results)}
 
 
-def run_env(data_dir: Path, db: Path, cache: Path) -> dict[str, str]:
+def run_env(data_dir: Path, db: Path, cache: Path, checkout: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "MEDEVAL_DB_URL": f"sqlite:///{db}", "MEDEVAL_DATA_DIR": str(data_dir),
-            "MEDEVAL_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+            "MEDEVAL_CACHE_DIR": str(cache), "PYTHONPATH": str(checkout)}
 
 
 def bench_run(data_dir: Path, sample: Path, big: Path, total: int, folder: Path, workers: int) -> dict[str, float]:
@@ -182,11 +183,12 @@ def _first_start(db: Path) -> float | None:
     return _stamp(row[0]) if row and row[0] else None
 
 
-def fixed_cost(command: list[str], env: dict[str, str], db: Path) -> float:
+def fixed_cost(command: list[str], env: dict[str, str], db: Path, checkout: Path = ROOT) -> float:
     """Process start to the first committed case's ``started_at``; the run is killed once it is there."""
-    db.unlink(missing_ok=True)
+    for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):  # a killed run's WAL too
+        stale.unlink(missing_ok=True)
     start_epoch = time.time()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    process = subprocess.Popen(command, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
     first = None
     while first is None and process.poll() is None:
@@ -202,24 +204,31 @@ def fixed_cost(command: list[str], env: dict[str, str], db: Path) -> float:
     return first - start_epoch
 
 
-def bench_fixed(data_dir: Path, sample: Path, big: Path, folder: Path, workers: int,
-                repeat: int) -> dict[str, float]:
-    """The best fixed cost of ``repeat`` tries with a cold parse cache, then with a warm one."""
+def bench_fixed(data_dir: Path, sample: Path, big: Path, folder: Path, workers: int, repeat: int,
+                baseline: Path | None) -> dict[str, dict[str, float]]:
+    """The best fixed cost of ``repeat`` tries with a cold parse cache, then with a warm one, per checkout (this
+    one, and ``baseline`` when given: the tries alternate between the two, so both see the same machine)."""
     command = [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--agent", "kb-bayes", "--train",
                str(sample), "--patients", str(big), "--workers", str(workers), "--json"]
     print(f"fixed cost: {' '.join(command[1:])} (fresh SQLite file each try, stopped after the first result)")
-    best = {}
-    warm_cache = Path(tempfile.mkdtemp(prefix="warm-cache-", dir=folder))
-    fill = fixed_cost(command, run_env(data_dir, folder / "fill.db", warm_cache), folder / "fill.db")
+    checkouts = {"this checkout": ROOT, **({f"baseline {baseline}": baseline} if baseline else {})}
+    warm = {label: Path(tempfile.mkdtemp(prefix="warm-cache-", dir=folder)) for label in checkouts}
+    fills = {label: fixed_cost(command, run_env(data_dir, folder / "fill.db", warm[label], checkout),
+                               folder / "fill.db", checkout) for label, checkout in checkouts.items()}
+    best: dict[str, dict[str, float]] = {label: {} for label in checkouts}
     for state in ("cold", "warm"):
-        figures = []
+        figures: dict[str, list[float]] = {label: [] for label in checkouts}
         for attempt in range(repeat):
-            cache = Path(tempfile.mkdtemp(prefix="cold-cache-", dir=folder)) if state == "cold" else warm_cache
-            db = folder / f"fixed-{state}-{attempt}.db"
-            figures.append(fixed_cost(command, run_env(data_dir, db, cache), db))
-        best[state] = min(figures)
-        print(f"  {state} parse cache: " + ", ".join(f"{figure:.2f}" for figure in figures) + " s"
-              + (f" (after an untimed run that filled the cache: {fill:.2f} s)" if state == "warm" else ""))
+            for label, checkout in checkouts.items():
+                cache = (Path(tempfile.mkdtemp(prefix="cold-cache-", dir=folder)) if state == "cold"
+                         else warm[label])
+                db = folder / f"fixed-{state}-{attempt}.db"
+                figures[label].append(fixed_cost(command, run_env(data_dir, db, cache, checkout), db, checkout))
+        for label, tries in figures.items():
+            best[label][state] = min(tries)
+            print(f"  {label}, {state} parse cache: " + ", ".join(f"{figure:.2f}" for figure in tries) + " s"
+                  + (f" (after an untimed run that filled the cache: {fills[label]:.2f} s)"
+                     if state == "warm" else ""))
     return best
 
 
@@ -234,6 +243,9 @@ def main() -> int:
                         help="measure only the fixed cost before the first patient (the run is stopped after its "
                              "first result)")
     parser.add_argument("--repeat", type=int, default=3, help="tries of --fixed-cost-only (the best is kept)")
+    parser.add_argument("--baseline", type=Path,
+                        help="with --fixed-cost-only: a checkout of another version (e.g. `git worktree add "
+                             "/tmp/medeval-base REV`) whose tries alternate with this one's")
     args = parser.parse_args()
     if not os.environ.get("MEDEVAL_DATA_DIR"):
         raise SystemExit("Set MEDEVAL_DATA_DIR to the data folder (e.g. ../shared/data).")
@@ -247,10 +259,12 @@ def main() -> int:
         big = write_big_file(sample, folder, args.patients)
         print(f"patients file: the sample ({sample.name}) replicated to {args.patients:,} rows, {big}")
         if args.fixed_cost_only:
-            best = bench_fixed(data_dir, sample, big, folder, args.workers, max(1, args.repeat))
-            print(f"fixed cost before the first patient, best of {max(1, args.repeat)}: cold parse cache "
-                  f"{best['cold']:.2f} s, warm {best['warm']:.2f} s (target <= {FIXED_TARGET_S:.0f} s)")
-            return 0 if max(best.values()) <= FIXED_TARGET_S else 1
+            best = bench_fixed(data_dir, sample, big, folder, args.workers, max(1, args.repeat),
+                               args.baseline.resolve() if args.baseline else None)
+            for label, figures in best.items():
+                print(f"fixed cost before the first patient, {label}, best of {max(1, args.repeat)}: cold parse "
+                      f"cache {figures['cold']:.2f} s, warm {figures['warm']:.2f} s (target <= {FIXED_TARGET_S:.0f} s)")
+            return 0 if max(best["this checkout"].values()) <= FIXED_TARGET_S else 1
         alone = bench_agent(data_dir, sample, big, args.agent_patients)
         run = bench_run(data_dir, sample, big, args.patients, folder, args.workers)
     ratio = alone / run["rate"]
