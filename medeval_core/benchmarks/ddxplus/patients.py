@@ -1046,12 +1046,11 @@ def _read_part(kb: KnowledgeBase, path: Path, start: int, stop: int) -> _Parsed 
     the released layout or not UTF-8 (the sequential reader then reads the whole file and reports it)."""
     with path.open("rb") as handle:
         handle.seek(start)
-        raw = handle.read(stop - start)
+        # Decoded block by block as read (an io.StringIO would hold the part at four bytes a character).
+        text = io.TextIOWrapper(io.BytesIO(handle.read(stop - start)), encoding="utf-8", newline="")
     try:
-        text = raw.decode("utf-8")
-        del raw
         assembler = _Assembler(kb, _RowParser(kb, list(REQUIRED_COLUMNS)), LoadReport(source=path.name), None)
-        for block in map(_layout_block, text_blocks(io.StringIO(text, newline=""), _BLOCK_CHARS)):
+        for block in map(_layout_block, text_blocks(text, _BLOCK_CHARS)):
             assembler.add(block)
     except (_Irregular, UnicodeDecodeError):
         return None
