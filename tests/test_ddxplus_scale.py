@@ -24,7 +24,7 @@ from medeval_core.benchmarks.ddxplus.kb import load_kb
 from medeval_core.benchmarks.ddxplus.patients import load_patients, parse_numbers
 from medeval_core.benchmarks.ddxplus.scoring import PredictionBuilder, PredictionFileError, read_predictions, score
 from medeval_core.metrics.ddxplus import METRIC_KEYS, patient_metrics
-from tests.ddxplus_fixtures import ddxplus_dir, sample_csv
+from tests.ddxplus_fixtures import ddxplus_dir, hard_number_texts, sample_csv
 
 COPIES = 4
 # Rows (0-based, after the header) changed in the replicated file, and how the loader must take them.
@@ -243,15 +243,7 @@ def test_bulk_number_parsing_is_floats_own(few, monkeypatch):
     from medeval_core.benchmarks.ddxplus import patients as module
 
     monkeypatch.setattr(module, "_FEW_NUMBERS", few)
-    rng = random.Random(5)
-    texts = ["-0", "0", "1e400", "4.9e-324", "2.4703282292062328e-324", "1.7976931348623159e308",
-             "9007199254740993", "0.010000000000000000208", "123456789012345678901234567890"]
-    for _ in range(20000):
-        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 25)))
-        text = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        if rng.random() < 0.5:
-            text += f"e{rng.randint(-330, 310)}"
-        texts.append(("-" if rng.random() < 0.3 else "") + text)
+    texts = hard_number_texts(5, 20_000)
     pieces = [f", {text}]" for text in texts]
     parsed = parse_numbers("\x00".join(pieces).encode(), pieces, np.ones(len(pieces), dtype=bool))
     expected = np.array([float(text) for text in texts])

@@ -88,30 +88,44 @@ def service_records(run_id: str, case_id: str) -> CaseRecords:
     return CaseRecords(result=CaseResult(run_id=run_id, case_id=case_id, status=CaseStatus.OK, metrics={"x": 1}))
 
 
-def test_concurrent_claims_never_overlap(db_url: str) -> None:
-    store = Store(db_url)
-    keys = queued_run(store, 300)
-    claimed: dict[str, list[str]] = {}
-    # Every worker has made its first claim before any goes on: without it one thread could drain the queue before
-    # the others start, and the test would not exercise overlapping claims at all.
-    all_started = threading.Barrier(6)
+def claim_concurrently(db_url: str, keys: QueueKeys, workers: int, limit: int,
+                       grouped: bool = False) -> dict[str, list[tuple[int, str, int]]]:
+    """Claims by ``workers`` threads until the queue is empty, each with its own store (and pool), as separate
+    processes would have: what each was handed, in order. Every thread has made its first claim before any goes
+    on (without it one thread could drain the queue before the others start, and the claims would not overlap);
+    an error in a thread (a deadlock, a duplicate row) fails the test."""
+    claimed: dict[str, list[tuple[int, str, int]]] = {}
+    errors: list[BaseException] = []
+    all_started = threading.Barrier(workers)
 
     def claim_all(name: str) -> None:
         mine = claimed.setdefault(name, [])
-        own = Store(db_url)  # a store (and pool) per thread, as separate processes would have
-        batch = own.claim_cases("r", name, keys, 7, lease_s=30)
-        all_started.wait(timeout=60)
-        while batch:
-            mine.extend(case_id for _, case_id, _ in batch)
-            batch = own.claim_cases("r", name, keys, 7, lease_s=30)
-        own.engine.dispose()
+        own = Store(db_url)
+        try:
+            batch = own.claim_cases("r", name, keys, limit, lease_s=30, grouped=grouped)
+            all_started.wait(timeout=60)
+            while batch:
+                mine.extend(batch)
+                batch = own.claim_cases("r", name, keys, limit, lease_s=30, grouped=grouped)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, in the test
+            errors.append(exc)
+        finally:
+            own.engine.dispose()
 
-    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(6)]
+    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    everything = [case_id for mine in claimed.values() for case_id in mine]
+    assert errors == []
+    return claimed
+
+
+def test_concurrent_claims_never_overlap(db_url: str) -> None:
+    store = Store(db_url)
+    keys = queued_run(store, 300)
+    claimed = claim_concurrently(db_url, keys, workers=6, limit=7)
+    everything = [case_id for mine in claimed.values() for _, case_id, _ in mine]
     assert sorted(everything) == sorted(key[0] for key in keys.slice(0, len(keys)))  # each exactly once
     assert sum(bool(mine) for mine in claimed.values()) >= 2
 
@@ -123,25 +137,8 @@ def test_claims_take_whole_claim_groups_so_no_two_workers_share_a_batch(db_url: 
     assert [c for _, c, _ in first] == [f"case-{i:04d}" for i in range(4)]  # 3 asked, the whole batch given
     second = store.claim_cases("r", "b", keys, 5, lease_s=30, grouped=True)
     assert [c for _, c, _ in second] == [f"case-{i:04d}" for i in range(4, 12)]  # the batches of 5 cases
-    claimed: dict[str, list[int]] = {}
-
-    errors: list[BaseException] = []
-
-    def claim_all(name: str) -> None:
-        own = Store(db_url)
-        try:
-            while batch := own.claim_cases("r", name, keys, 3, lease_s=30, grouped=True):
-                claimed.setdefault(name, []).extend(int(case_id.split("-")[1]) for _, case_id, _ in batch)
-        except Exception as exc:  # noqa: BLE001 - a deadlock must fail the test, not vanish in its thread
-            errors.append(exc)
-        own.engine.dispose()
-
-    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    claimed = {name: [int(case_id.split("-")[1]) for _, case_id, _ in mine]
+               for name, mine in claim_concurrently(db_url, keys, workers=4, limit=3, grouped=True).items()}
     everything = sorted(index for mine in claimed.values() for index in mine)
     assert everything == list(range(12, 40))
     batches_of = {name: {index // 4 for index in mine} for name, mine in claimed.items()}
@@ -178,28 +175,7 @@ def test_a_new_wave_writes_no_lease_rows_yet_counts_every_key(db_url: str, small
 def test_claims_across_chunks_give_every_key_once_in_queue_order(db_url: str, small_chunks: int) -> None:
     store = Store(db_url)
     keys = queued_run(store, 75, repetitions=2)  # 150 keys: 15 chunks, claims of 7 straddle their boundaries
-    claimed: dict[str, list[tuple[int, str, int]]] = {}
-    errors: list[BaseException] = []
-    all_started = threading.Barrier(4)
-
-    def claim_all(name: str) -> None:
-        own = Store(db_url)
-        try:
-            batch = own.claim_cases("r", name, keys, 7, lease_s=30)
-            all_started.wait(timeout=60)
-            while batch:
-                claimed.setdefault(name, []).extend(batch)
-                batch = own.claim_cases("r", name, keys, 7, lease_s=30)
-        except Exception as exc:  # noqa: BLE001 - a deadlock or a duplicate row must fail the test
-            errors.append(exc)
-        own.engine.dispose()
-
-    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    claimed = claim_concurrently(db_url, keys, workers=4, limit=7)
     every_key = [(c, rep) for c, rep, _ in keys.slice(0, len(keys))]
     assert lease_rows(store) == every_key  # rows written in queue order, each key once
     handed_out = [(c, rep) for mine in claimed.values() for _, c, rep in mine]

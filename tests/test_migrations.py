@@ -31,6 +31,21 @@ def table_rows(url: str, table: str) -> list[tuple]:
     return rows
 
 
+def database_with_a_running_run(db_url: str, revision: str, rows: str) -> None:
+    """The database at ``revision`` with one run, 'old', left running by that version, and its ``rows`` (an
+    INSERT statement)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url=db_url), revision)
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO runs (id, benchmark, label, kind, status, config, settings_hash, versions, summary, "
+            "created_at) VALUES ('old', 'demo', '', 'batch', 'running', '{}', '', '{}', '{}', '2026-01-01')"))
+        connection.execute(text(rows))
+    engine.dispose()
+
+
 def schema_differences(url: str) -> list:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
@@ -147,20 +162,12 @@ def test_the_migrations_render_for_postgresql(capsys: pytest.CaptureFixture[str]
 def test_a_database_at_0002_is_upgraded_to_case_leases_keeping_its_rows(db_url: str) -> None:
     """0003_case_leases on SQLite and PostgreSQL: a store from before the leases keeps every run and result, gets
     the lease and worker tables, and its runs can be worked on by workers."""
-    from alembic import command
-
     from medeval_core.records import RunStatus
 
-    command.upgrade(alembic_config(url=db_url), "0002_kinds_scores_model_calls")
-    engine = create_engine(db_url)
-    with engine.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO runs (id, benchmark, label, kind, status, config, settings_hash, versions, summary, "
-            "created_at) VALUES ('old', 'demo', '', 'batch', 'running', '{}', '', '{}', '{}', '2026-01-01')"))
-        connection.execute(text(
-            "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores) VALUES "
-            "('old', 'c1', 0, 'ok', '{}', '{\"x\": 1}', '{}'), ('old', 'c2', 0, 'failed', '{}', '{}', '{}')"))
-    engine.dispose()
+    database_with_a_running_run(
+        db_url, "0002_kinds_scores_model_calls",
+        "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores) VALUES "
+        "('old', 'c1', 0, 'ok', '{}', '{\"x\": 1}', '{}'), ('old', 'c2', 0, 'failed', '{}', '{}', '{}')")
     before = table_rows(db_url, "case_results")
 
     store = Store(db_url)
@@ -197,20 +204,12 @@ def test_the_migrations_build_exactly_the_models_schema_on_each_database(db_url:
 def test_a_database_at_0006_is_upgraded_to_lazy_queues_keeping_a_wave_in_progress(db_url: str) -> None:
     """0007_lazy_queue on SQLite and PostgreSQL: a wave opened by the previous version (every lease row written,
     no queue length) goes on as it was: its undone rows are what is queued, and a claim writes no rows for it."""
-    from alembic import command
-
     from medeval_core.store import QueueKeys
 
-    command.upgrade(alembic_config(url=db_url), "0006_annotations")
-    engine = create_engine(db_url)
-    with engine.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO runs (id, benchmark, label, kind, status, config, settings_hash, versions, summary, "
-            "created_at) VALUES ('old', 'demo', '', 'batch', 'running', '{}', '', '{}', '{}', '2026-01-01')"))
-        connection.execute(text(
-            "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) VALUES "
-            "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 0, false)"))
-    engine.dispose()
+    database_with_a_running_run(
+        db_url, "0006_annotations",
+        "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) VALUES "
+        "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 0, false)")
     before = table_rows(db_url, "case_leases")
 
     store = Store(db_url)
