@@ -25,11 +25,9 @@ from medeval_core.benchmarks.ddxplus.patients import (
     _Lists,
     _RowParser,
     distinct,
-    parse_numbers,
-    shape_table,
-    shapes,
     spans,
 )
+from medeval_core.benchmarks.ddxplus.scoring import parse_numbers, shape_table, shapes
 from tests.ddxplus_fixtures import ddxplus_dir, hard_number_texts, sample_csv
 
 # The replaced reader ------------------------------------------------------------------------------------------

@@ -91,67 +91,6 @@ def distinct(pieces: Sequence[Hashable]) -> tuple[np.ndarray, list[Any]]:
     return codes, list(index)
 
 
-def shape_table(kept: bytes) -> bytes:
-    """A ``bytes.translate`` table that writes every digit as ``d``, keeps the bytes of ``kept`` and turns any other
-    byte into ``?``: separators that differ only in their numbers get one shape, checked once. NUL stays NUL: it
-    separates the pieces (``shapes``)."""
-    table = bytearray(b"?" * 256)
-    for byte in kept + b"\x00":
-        table[byte] = byte
-    for byte in b"0123456789":
-        table[byte] = ord("d")
-    return bytes(table)
-
-
-_NUMBER_BYTES = b"0123456789.eE+-"
-# ``float`` parses about 3 million numbers a second, pandas about 15 million, but importing pandas takes 0.3 s:
-# a small file (about 11,000 masses for the 1,066-patient sample) is quicker without it.
-_FEW_NUMBERS = 20_000
-_NUMBER_LINES = bytes.maketrans(b"\x00", b"\n")
-_NOT_NUMBER = bytes(sorted(set(range(256)) - set(_NUMBER_BYTES) - {0}))
-
-
-def shapes(pieces: list[str], table: bytes) -> tuple[np.ndarray, list[bytes], bytes]:
-    """The shape (``shape_table``) of each piece as an index among the distinct shapes, the distinct shapes, and
-    the pieces joined by NUL, UTF-8 encoded (for ``parse_numbers``). The caller makes sure no piece holds a NUL."""
-    joined = "\x00".join(pieces).encode()
-    codes, distinct_shapes = distinct(joined.translate(table).split(b"\x00"))
-    return codes, distinct_shapes, joined
-
-
-def parse_numbers(joined: bytes, pieces: list[str], keep: np.ndarray, strict_json: bool = False) -> np.ndarray:
-    """The number written in each NUL-separated piece of ``joined``; NaN for a piece without one or not kept, and
-    with ``strict_json``, for a number JSON does not allow (a leading zero: ``01``).
-
-    Keep only pieces whose shape shows at most one number: their digits, signs, dots and exponent marks are then
-    that number. pandas' C reader parses them all at once, correctly rounded (the same double as ``float``; a
-    test checks it); up to ``_FEW_NUMBERS`` pieces ``float`` parses them, quicker than importing pandas.
-    """
-    if not keep.all():
-        joined = "\x00".join(piece if ok else "" for piece, ok in zip(pieces, keep, strict=True)).encode()
-    lines = joined.translate(_NUMBER_LINES, _NOT_NUMBER) + b"\n"
-    if not lines.strip(b"\n"):
-        return np.full(len(pieces), np.nan)
-    if len(pieces) <= _FEW_NUMBERS:
-        numbers = np.array([float(line) if line else np.nan for line in lines.split(b"\n")[:-1]],
-                           dtype=np.float64)
-    else:
-        import pandas as pd
-
-        frame = pd.read_csv(io.BytesIO(lines), header=None, names=["x"], dtype=np.float64, skip_blank_lines=False,
-                            engine="c")
-        numbers = frame["x"].to_numpy(copy=True)
-    if strict_json:
-        text = np.frombuffer(lines, dtype=np.uint8)
-        starts = np.concatenate([[0], np.flatnonzero(text[:-1] == ord("\n")) + 1])
-        padded = np.concatenate([text, np.zeros(3, dtype=np.uint8)])
-        first, second, third = padded[starts], padded[starts + 1], padded[starts + 2]
-        digit = (second >= ord("0")) & (second <= ord("9"))
-        after_minus = (third >= ord("0")) & (third <= ord("9"))
-        numbers[((first == ord("0")) & digit) | ((first == ord("-")) & (second == ord("0")) & after_minus)] = np.nan
-    return numbers
-
-
 def spans(n: int, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """(n,) bool, True on every row from ``first[i]`` to ``last[i]`` (inclusive, clipped to n - 1)."""
     marks = np.zeros(n + 1, dtype=np.int64)
@@ -587,6 +526,28 @@ def _numpy(values: Any) -> np.ndarray:
         bits = np.frombuffer(values.buffers()[1], dtype=np.uint8)
         return np.unpackbits(bits, bitorder="little", count=stop)[start:].astype(bool)
     return np.frombuffer(values.buffers()[1], dtype=values.type.to_pandas_dtype(), count=stop)[start:]
+
+
+def numbers_of_lines(lines: bytes) -> np.ndarray:
+    """The number on each line of ``lines`` (lines apart by ``\\n``, no final one; each a number or empty), NaN
+    for an empty line: ``float``'s double, by Arrow's cast (fast_float rounds correctly; a test checks it). A
+    line that is not a number raises ``ValueError`` (``pyarrow.ArrowInvalid``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    whole = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(lines)])),
+                                                         pa.py_buffer(lines)])
+    texts = pc.split_pattern(whole, "\n").values
+    empty = _numpy(pc.equal(texts, ""))
+    if empty.any():
+        # The empty lines made null in place (a validity bitmap over the same buffers): ``if_else`` or ``filter``
+        # would copy every string, at ten times the cast's cost.
+        valid = np.concatenate([np.ones(texts.offset, dtype=bool), ~empty])
+        texts = pa.Array.from_buffers(pa.large_string(), len(texts), [_arrow_mask(valid).buffers()[1],
+                                                                      *texts.buffers()[1:]], offset=texts.offset)
+    numbers = _numpy(pc.cast(texts, pa.float64())).copy()
+    numbers[empty] = np.nan
+    return numbers
 
 
 def _list_cells(cells: list[str], syntax: _ListSyntax) -> _Lists:

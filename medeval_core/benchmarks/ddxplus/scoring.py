@@ -45,10 +45,61 @@ import numpy as np
 
 from medeval_core.benchmark import MetricUnit
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
-from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, parse_numbers, shape_table, shapes, spans
+from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, numbers_of_lines, spans
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS
 from medeval_core.files import text_blocks
 from medeval_core.metrics import ddxplus as ddx_metrics
+
+# Bulk text helpers -------------------------------------------------------------------------------------------
+
+
+def shape_table(kept: bytes) -> bytes:
+    """A ``bytes.translate`` table that writes every digit as ``d``, keeps the bytes of ``kept`` and turns any other
+    byte into ``?``: separators that differ only in their numbers get one shape, checked once. NUL stays NUL: it
+    separates the pieces (``shapes``)."""
+    table = bytearray(b"?" * 256)
+    for byte in kept + b"\x00":
+        table[byte] = byte
+    for byte in b"0123456789":
+        table[byte] = ord("d")
+    return bytes(table)
+
+
+_NUMBER_BYTES = b"0123456789.eE+-"
+_NUMBER_LINES = bytes.maketrans(b"\x00", b"\n")
+_NOT_NUMBER = bytes(sorted(set(range(256)) - set(_NUMBER_BYTES) - {0}))
+
+
+def shapes(pieces: list[str], table: bytes) -> tuple[np.ndarray, list[bytes], bytes]:
+    """The shape (``shape_table``) of each piece as an index among the distinct shapes, the distinct shapes, and
+    the pieces joined by NUL, UTF-8 encoded (for ``parse_numbers``). The caller makes sure no piece holds a NUL."""
+    joined = "\x00".join(pieces).encode()
+    codes, distinct_shapes = distinct(joined.translate(table).split(b"\x00"))
+    return codes, distinct_shapes, joined
+
+
+def parse_numbers(joined: bytes, pieces: list[str], keep: np.ndarray, strict_json: bool = False) -> np.ndarray:
+    """The number written in each NUL-separated piece of ``joined``; NaN for a piece without one or not kept, and
+    with ``strict_json``, for a number JSON does not allow (a leading zero: ``01``).
+
+    Keep only pieces whose shape shows at most one number: their digits, signs, dots and exponent marks are then
+    that number, parsed all at once (``numbers_of_lines``: the same double as ``float``).
+    """
+    if not keep.all():
+        joined = "\x00".join(piece if ok else "" for piece, ok in zip(pieces, keep, strict=True)).encode()
+    lines = joined.translate(_NUMBER_LINES, _NOT_NUMBER) + b"\n"
+    if not lines.strip(b"\n"):
+        return np.full(len(pieces), np.nan)
+    numbers = numbers_of_lines(lines[:-1])
+    if strict_json:
+        text = np.frombuffer(lines, dtype=np.uint8)
+        starts = np.concatenate([[0], np.flatnonzero(text[:-1] == ord("\n")) + 1])
+        padded = np.concatenate([text, np.zeros(3, dtype=np.uint8)])
+        first, second, third = padded[starts], padded[starts + 1], padded[starts + 2]
+        digit = (second >= ord("0")) & (second <= ord("9"))
+        after_minus = (third >= ord("0")) & (third <= ord("9"))
+        numbers[((first == ord("0")) & digit) | ((first == ord("-")) & (second == ord("0")) & after_minus)] = np.nan
+    return numbers
 
 
 def metric_unit(key: str) -> MetricUnit:
