@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from medeval_core.files import replaced_in_one_step
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -75,10 +77,8 @@ def encode_cached(texts: Sequence[str], cache_dir: Path) -> np.ndarray:
         except (OSError, ValueError):
             pass  # a damaged cache file is rebuilt below
     vectors = encode(texts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp.npy")
-    np.save(partial, vectors)
-    os.replace(partial, path)
+    with replaced_in_one_step(path) as handle:
+        np.save(handle, vectors)
     return vectors
 
 

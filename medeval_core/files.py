@@ -1,14 +1,17 @@
 """Reading the project's files: JSON with one readable error per failure (whose remedy the caller words), JSON
-Lines case files whose bad lines are skipped and reported by number, and large text files in blocks of whole lines
-for the bulk readers."""
+Lines case files whose bad lines are skipped and reported by number, large text files in blocks of whole lines
+for the bulk readers; and writing a file in one step."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -101,3 +104,19 @@ def sha256_of(path: str | Path) -> tuple[str, int]:
             digest.update(buffer[:read])
             size += read
     return digest.hexdigest(), size
+
+
+@contextmanager
+def replaced_in_one_step(path: Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
+    """A handle on a temporary file beside ``path``, renamed over it when the block ends without an error and
+    removed otherwise: a reader (another process included) sees the old file or the whole new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, mode, encoding=encoding) as handle:
+            yield handle
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            Path(temporary).unlink(missing_ok=True)
+        raise

@@ -31,6 +31,7 @@ from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration, Q
 
 from medeval_core.backends.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
 from medeval_core.benchmark import messages_sha256
+from medeval_core.files import sha256_of
 from medeval_core.records import ModelCall
 from medeval_core.settings import GenerationSettings
 
@@ -151,11 +152,7 @@ def shard_checksums(folder: Path) -> list[ShardChecksum]:
         stat = shard.stat()
         key = (str(shard.resolve()), stat.st_size, stat.st_mtime_ns)
         if key not in _checksums:
-            digest = hashlib.sha256()
-            with shard.open("rb") as handle:
-                for block in iter(lambda: handle.read(8 << 20), b""):
-                    digest.update(block)
-            _checksums[key] = digest.hexdigest()
+            _checksums[key] = sha256_of(shard)[0]
         result.append(ShardChecksum(name=shard.name, size_bytes=stat.st_size, sha256=_checksums[key]))
     return result
 

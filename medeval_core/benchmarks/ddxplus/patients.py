@@ -33,12 +33,11 @@ import math
 import multiprocessing
 import os
 import re
-import threading
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from itertools import count, islice, pairwise
@@ -50,7 +49,7 @@ from scipy import sparse
 
 from medeval_core.benchmarks.ddxplus import kb as kb_module
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
-from medeval_core.files import sha256_of, text_blocks
+from medeval_core.files import replaced_in_one_step, sha256_of, text_blocks
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.ddxplus import Entries, GroundTruth
 from medeval_core.records import Case, CaseList
@@ -1134,20 +1133,15 @@ class _ParseCache:
     def write(self, parsed: _Parsed) -> None:
         """Keep ``parsed``; a cache folder that cannot be written only costs the next load a parse."""
         report = {key: getattr(parsed.report, key) for key in _REPORT_FIELDS}
-        partial = self.path.with_name(f"{self.path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
+        arrays: dict[str, Any] = {**parsed.parts, "names": np.array(parsed.names, dtype=str),
+                                  "report": np.array(json.dumps(report))}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            arrays: dict[str, Any] = {**parsed.parts, "names": np.array(parsed.names, dtype=str),
-                                      "report": np.array(json.dumps(report))}
-            with partial.open("wb") as handle:
+            with replaced_in_one_step(self.path) as handle:
                 np.savez(handle, allow_pickle=False, **arrays)
-            os.replace(partial, self.path)
             entries = sorted(self.path.parent.glob(f"{_CACHE_PREFIX}*.npz"), key=lambda entry: entry.stat().st_mtime)
             for old in entries[:-_CACHE_ENTRIES]:
                 old.unlink(missing_ok=True)
         except OSError as exc:
-            with suppress(OSError):
-                partial.unlink(missing_ok=True)
             logger.info("The parsed patients could not be cached in %s (%s).", self.path.parent, exc)
 
 

@@ -19,16 +19,14 @@ gatekeeper, which reads ``full_text``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from medeval_core.files import SkippedLine
+from medeval_core.files import SkippedLine, replaced_in_one_step
 from medeval_core.records import Case
 
 SPLITS_DEFAULT = "test"
@@ -372,14 +370,7 @@ def import_agentclinic(path: str | Path, split: str = SPLITS_DEFAULT) -> ReadRep
 def write_cases(cases: Sequence[SDBenchCase], out: str | Path) -> Path:
     """Write the case file in one step (a temporary file renamed over ``out``): never half-written."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            for case in cases:
-                handle.write(json.dumps(case.row(), ensure_ascii=False) + "\n")
-        os.replace(temporary, out)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with replaced_in_one_step(out, "w", encoding="utf-8") as handle:
+        for case in cases:
+            handle.write(json.dumps(case.row(), ensure_ascii=False) + "\n")
     return out
