@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
 from medeval_core.benchmark import CaseContext, ModelRoles
+from medeval_core.interaction import Episode
 from medeval_core.records import (
     CaseOutcome,
     CaseRecords,
@@ -147,3 +149,22 @@ class Session:
                             status=CaseStatus.FAILED, error=error, finished_at=utc_now())
         self.store.save_case_records([CaseRecords(result=result)])
         self.store.update_run(self.run_id, status=RunStatus.FAILED, error=redact(error), finished_at=utc_now())
+
+
+class WalkthroughError(ValueError):
+    """A walkthrough action that cannot be done; the message says what to do instead."""
+
+
+@dataclass
+class SessionWalkthrough:
+    """What every walkthrough page holds: the session's id, the session, the episode driven step by step from the
+    page, and the finished result once there is one. Each benchmark's walkthrough adds its case and its state."""
+
+    id: str
+    session: Session
+    episode: Episode[Any, Any]
+    result: CaseResult | None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None

@@ -37,20 +37,15 @@ from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, Suggestion
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import metric_unit
-from medeval_core.interaction import Episode
 from medeval_core.metrics.ddxplus import METRIC_KEYS, THRESHOLD
 from medeval_core.records import CaseOutcome, CaseResult, Turn
-from medeval_core.sessions import Session, SessionError
+from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
 
 BENCHMARK = SPEC.name
 ACTOR = "person"
 PickMode = Literal["random", "pathology", "index"]
-
-
-class WalkthroughError(ValueError):
-    """A walkthrough action that cannot be done; the message says what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -123,17 +118,9 @@ def start(store: Store, settings: Settings, res: Resources, position: int) -> st
 
 
 @dataclass
-class Walkthrough:
-    id: str
+class Walkthrough(SessionWalkthrough):
     patient: DDXPlusPatient
-    session: Session
     consultation: Consultation
-    episode: Episode[Any, Any]
-    result: CaseResult | None
-
-    @property
-    def finished(self) -> bool:
-        return self.result is not None
 
     @property
     def asked(self) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from medeval_core.benchmark import RunCounts, RunSummary
 from medeval_core.benchmarks.dynamicare import SPEC
@@ -36,18 +36,13 @@ from medeval_core.benchmarks.dynamicare.patients import RecordRetrievalPatient
 from medeval_core.benchmarks.dynamicare.scoring import METRIC_NAMES, headline
 from medeval_core.benchmarks.mediq.interaction import Reply
 from medeval_core.icd9 import Icd9Mapper, make_mapper
-from medeval_core.interaction import Episode
 from medeval_core.records import CaseOutcome, CaseResult
-from medeval_core.sessions import Session, SessionError
+from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
 
 BENCHMARK = SPEC.name
 ACTOR: Literal["person"] = "person"
-
-
-class WalkthroughError(ValueError):
-    """A walkthrough action that cannot be done; the message says what to do instead."""
 
 
 def source_file(settings: Settings) -> Path:
@@ -92,17 +87,9 @@ def start(store: Store, settings: Settings, line: int, max_questions: int = 10) 
 
 
 @dataclass
-class Walkthrough:
-    id: str
+class Walkthrough(SessionWalkthrough):
     record: PatientRecord
-    session: Session
     consultation: Consultation
-    episode: Episode[Any, Any]
-    result: CaseResult | None
-
-    @property
-    def finished(self) -> bool:
-        return self.result is not None
 
     @property
     def replies(self) -> list[Reply]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from medeval_core.benchmark import ModelRoles, RecordingContext, RunCounts, RunSummary
 from medeval_core.benchmarks.mediq import SPEC
@@ -31,19 +31,14 @@ from medeval_core.benchmarks.mediq.interaction import (
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
-from medeval_core.interaction import Episode
 from medeval_core.records import CaseOutcome, CaseResult
-from medeval_core.sessions import Session, SessionError
+from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
 
 BENCHMARK = SPEC.name
 ACTOR: Literal["person"] = "person"
 DATASETS = {"imedqa": "iMedQA (the protocol's 200)", "icraftmd": "iCraft-MD"}
-
-
-class WalkthroughError(ValueError):
-    """A walkthrough action that cannot be done; the message says what to do instead."""
 
 
 _cache: dict[str, MediqCases] = {}
@@ -81,17 +76,9 @@ def start(store: Store, settings: Settings, name: str, case_id: str, max_questio
 
 
 @dataclass
-class Walkthrough:
-    id: str
+class Walkthrough(SessionWalkthrough):
     case: MediqCase
-    session: Session
     consultation: Consultation
-    episode: Episode[Any, Any]
-    result: CaseResult | None
-
-    @property
-    def finished(self) -> bool:
-        return self.result is not None
 
     @property
     def replies(self) -> list[Reply]:

@@ -48,16 +48,12 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
 from medeval_core.benchmarks.sdbench.judge import CLINICIAN_JUDGE, Grade, judgement
 from medeval_core.interaction import Episode, EpisodeError, Limits
 from medeval_core.records import CaseOutcome, CaseResult, Judgement
-from medeval_core.sessions import Session, SessionError
+from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
 
 BENCHMARK = SPEC.name
 Mode = Literal["questions", "tests", "diagnosis"]
-
-
-class WalkthroughError(ValueError):
-    """A walkthrough action that cannot be done; the message says what to do instead."""
 
 
 def case_sources(settings: Settings) -> dict[str, Path]:
@@ -140,18 +136,10 @@ def _models(settings: Settings, params: SDBenchParams) -> dict[str, Any]:
 
 
 @dataclass
-class Walkthrough:
-    id: str
+class Walkthrough(SessionWalkthrough):
     case: SDBenchCase
     params: SDBenchParams
-    session: Session
     environment: CaseEnvironment
-    episode: Episode[Any, Any]
-    result: CaseResult | None
-
-    @property
-    def finished(self) -> bool:
-        return self.result is not None
 
     @property
     def output(self) -> SDBenchOutput | None:
