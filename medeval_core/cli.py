@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 from medeval_core import registry
 from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.errors import StoreError
+from medeval_core.errors import StoreError, one_line
+from medeval_core.redaction import redact
 from medeval_core.settings import SettingsError
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except (CommandError, SettingsError, StoreError, BenchmarkError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: finished cases are saved; continue with `python -m medeval_core resume RUN_ID`.",

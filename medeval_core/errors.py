@@ -12,3 +12,8 @@ class StoreError(RuntimeError):
 
 class DuplicateResultError(StoreError):
     """A finished result for this (run, case, repetition) is already stored."""
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: a driver's message often spans several (psycopg adds hints on lines of their own)."""
+    return " ".join(text.split())

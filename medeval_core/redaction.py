@@ -6,6 +6,11 @@ into stored errors, log lines and exported files. ``redact`` removes every key m
 anything shaped like a bearer token or an ``sk-`` key. It is applied where such text is made (error messages
 of the model and judge clients), where it is stored (the error fields of the typed records) and where it is
 logged (a record factory installed once, on import of ``medeval_core``, so that every logger is covered).
+
+Database credentials are removed by shape, in every form libpq and SQLAlchemy accept them: a URL's userinfo
+(``postgresql://user:PASSWORD@host``), a ``password`` or ``sslpassword`` query parameter (``...?password=X``) and
+the same keys in a libpq ``key=value`` connection string (``host=h password='X'``). A ``passfile`` names a file;
+its path may show, its contents are never read here.
 """
 
 from __future__ import annotations
@@ -23,6 +28,15 @@ _SHAPES = (
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"),
 )
+
+# A libpq keyword whose value is a credential, as a URL query parameter or a key=value connection string:
+# the value runs to the next separator, or is a single-quoted libpq string with backslash escapes.
+_CREDENTIAL_KEYWORD = re.compile(
+    r"(?i)(?<![A-Za-z0-9_])(?P<key>(?:ssl)?password)(?P<equals>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|[^\s&;,'\"]+)")
+# The password of a URL's userinfo (``scheme://user:PASSWORD@host``); an unencoded ``@`` inside it belongs to it
+# while another ``@`` follows in the same netloc.
+_USERINFO_PASSWORD = re.compile(
+    r"(?i)(?P<head>\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*):(?P<value>(?:[^\s@/?#]|@(?=[^\s/?#]*@))*)@")
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -44,10 +58,20 @@ def _known_secrets() -> list[str]:
     return sorted(known, key=len, reverse=True)
 
 
+def mask_credentials(text: str) -> str:
+    """``text`` with every database credential replaced by ``***`` (URL userinfo passwords, ``password`` and
+    ``sslpassword`` in query strings and libpq key=value strings); everything else, the user and host included,
+    stays readable."""
+    text = _USERINFO_PASSWORD.sub(lambda match: f"{match.group('head')}:***@", text)
+    return _CREDENTIAL_KEYWORD.sub(lambda match: f"{match.group('key')}{match.group('equals')}***", text)
+
+
 def redact(text: str) -> str:
-    """``text`` with every known secret and every bearer-token or ``sk-`` shaped string replaced."""
+    """``text`` with every known secret, every database credential and every bearer-token or ``sk-`` shaped
+    string replaced."""
     if not text:
         return text
+    text = mask_credentials(text)
     for secret in _known_secrets():
         if secret in text:
             text = text.replace(secret, REDACTED)

@@ -6,6 +6,8 @@ from pydantic import BaseModel
 
 from medeval_core import registry
 from medeval_core.data import data_status
+from medeval_core.errors import one_line
+from medeval_core.redaction import redact
 from medeval_core.settings import BackendChoice, Settings, api_key, role_env_key, unconfigured
 from medeval_core.store import open_store, redact_url
 
@@ -43,7 +45,7 @@ def store_status(settings: Settings) -> StoreStatus:
     try:
         return StoreStatus(url=url, reachable=True, counts=open_store(settings.db_url).counts())
     except Exception as exc:  # noqa: BLE001 - shown to the user as the store's state, whatever the driver raised
-        return StoreStatus(url=url, reachable=False, error=f"{type(exc).__name__}: {exc}")
+        return StoreStatus(url=url, reachable=False, error=one_line(redact(f"{type(exc).__name__}: {exc}")))
 
 
 def role_hint(role: str) -> str:

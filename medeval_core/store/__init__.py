@@ -23,10 +23,10 @@ from typing import Any
 
 from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, false, func, or_, text
 from sqlalchemy.engine import Connection, Engine, Row, make_url
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
-from medeval_core.errors import DuplicateResultError, StoreError
+from medeval_core.errors import DuplicateResultError, StoreError, one_line
 from medeval_core.memory import gc_paused
 from medeval_core.records import (
     Annotation,
@@ -41,6 +41,7 @@ from medeval_core.records import (
     Turn,
     utc_now,
 )
+from medeval_core.redaction import mask_credentials, redact, register_secret
 from medeval_core.store.migrations import ensure_schema, upgrade
 from medeval_core.store.model_backends import ModelBackendRow  # noqa: F401 - its table joins the metadata
 
@@ -240,8 +241,9 @@ def make_engine(url: str) -> Engine:
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password, for the sidebar and logs."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL without any credential (userinfo password, ``password`` query parameter, libpq key=value
+    password), for the sidebar, logs and errors; works on text SQLAlchemy cannot parse too."""
+    return mask_credentials(url)
 
 
 class Store:
@@ -249,11 +251,17 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        try:
+            self.engine = make_engine(url)
+        except ArgumentError:
+            raise StoreError(f"The database URL {redact_url(url)!r} is not a SQLAlchemy URL; set MEDEVAL_DB_URL to "
+                             "one such as postgresql+psycopg://USER@HOST/DB or sqlite:///path/medeval.db.") from None
+        register_secret(make_url(url).password)
         try:
             self.schema_action = ensure_schema(self.engine, SQLModel.metadata)
         except Exception as exc:
-            raise StoreError(f"Could not bring the database {redact_url(url)} to medeval's schema: {exc}") from exc
+            raise StoreError(f"Could not bring the database {redact_url(url)} to medeval's schema: "
+                             f"{one_line(redact(str(exc)))}") from exc
         self._write_lock = threading.Lock()
 
     @contextmanager
