@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from medeval_core import registry
 from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.errors import StoreError, one_line
+from medeval_core.errors import DatabaseUnavailable, StoreError, StoreFullError, one_line
 from medeval_core.redaction import redact
 from medeval_core.settings import SettingsError
 
@@ -254,9 +254,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.unknown_options = unknown
     try:
         return int(args.handler(args) or 0)
+    except (DatabaseUnavailable, StoreFullError) as exc:  # the run stays resumable; nothing was wrong with the input
+        print(f"error: {one_line(redact(str(exc)))}", file=sys.stderr)
+        return 1
     except (CommandError, SettingsError, StoreError, BenchmarkError) as exc:
         print(f"error: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not type(exc).__module__.startswith("sqlalchemy"):
+            raise
+        # A database error outside a worker's outage retries (the database went away between two commands' steps).
+        from medeval_core.context import current_settings
+        from medeval_core.store import redact_url
+
+        print(f"error: the database {redact_url(current_settings().db_url)} failed: "
+              f"{one_line(redact(str(getattr(exc, 'orig', None) or exc)))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: finished cases are saved; continue with `python -m medeval_core resume RUN_ID`.",
               file=sys.stderr)

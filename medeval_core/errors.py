@@ -14,6 +14,14 @@ class DuplicateResultError(StoreError):
     """A finished result for this (run, case, repetition) is already stored."""
 
 
+class DatabaseUnavailable(StoreError):
+    """The database stayed out of reach for longer than the outage limit (``store.outage``)."""
+
+
+class StoreFullError(StoreError):
+    """The database has no space left for a write."""
+
+
 def one_line(text: str) -> str:
     """``text`` on one line: a driver's message often spans several (psycopg adds hints on lines of their own)."""
     return " ".join(text.split())

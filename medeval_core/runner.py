@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
+from medeval_core.errors import DatabaseUnavailable, StoreFullError
 from medeval_core.records import (
     Case,
     CaseOutcome,
@@ -174,8 +175,8 @@ class _Claims:
             elapsed = time.monotonic() - self.tally.started
             rate = self.tally.finished_now / elapsed if elapsed > 0 else 0.0
             size = int(min(runner.max_claim, max(runner.workers, rate * runner.claim_target_s)))
-            claimed = runner.store.claim_cases(self.run_id, self.worker_id, self.keys, size, runner.lease_s,
-                                               grouped=runner.claim_group is not None)
+            claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
+                                runner.lease_s, grouped=runner.claim_group is not None)
             for lease_id, case_id, repetition in claimed:
                 self.lease_of[(case_id, repetition)] = lease_id
                 self._queue.append((case_id, repetition))
@@ -226,6 +227,16 @@ class BatchRunner:
         self.claim_group = claim_group
         self._cancel = threading.Event()
         self._last_poll = 0.0
+        self._worker_id: str | None = None
+
+    def db(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A store operation that rides out a database outage (``Store.ride_out_outage``); when the database is
+        back, this worker's heartbeat (its liveness and its claims) is renewed before the operation is retried."""
+        return self.store.ride_out_outage(call, *args, on_return=self._renew_leases, **kwargs)
+
+    def _renew_leases(self) -> None:
+        if self._worker_id is not None:
+            self.store.heartbeat(self._worker_id, self.lease_s)
 
     def cancel(self) -> None:
         """Stop after the cases now in flight; they are still saved. The run can be resumed later."""
@@ -244,13 +255,14 @@ class BatchRunner:
                               pid=os.getpid(), threads=self.workers, started_at=now,
                               heartbeat_at=now, expires_at=now + timedelta(seconds=self.lease_s))
         keys = self._queue_keys(cases, repetitions)
-        self.store.join_run(
-            run_id, worker, keys,
-            run_changes={"status": RunStatus.RUNNING, "started_at": now, "finished_at": None, "error": None,
-                         "expected_cases": total})
-        counts = self.store.result_counts(run_id)
+        self.db(self.store.join_run,
+                run_id, worker, keys,
+                run_changes={"status": RunStatus.RUNNING, "started_at": now, "finished_at": None, "error": None,
+                             "expected_cases": total})
+        self._worker_id = worker.id
+        counts = self.db(self.store.result_counts, run_id)
         # Failed cases are retried; they stay counted as failed until their retry lands.
-        retrying = ({(r.case_id, r.repetition) for r in self.store.results(run_id, status=CaseStatus.FAILED)}
+        retrying = ({(r.case_id, r.repetition) for r in self.db(self.store.results, run_id, CaseStatus.FAILED)}
                     if counts.get(CaseStatus.FAILED) else set())
         tally = _Tally(total=total, done=counts.get(CaseStatus.OK, 0), failed=len(retrying), retrying=retrying)
         self._emit(tally.progress(run_id))
@@ -260,18 +272,24 @@ class BatchRunner:
         beat.start()
         try:
             cancelled = self._drain(run_id, _Claims(self, run_id, worker.id, cases, keys, tally), run_case, tally)
+        except (DatabaseUnavailable, StoreFullError):
+            # The database is gone or full: nothing more can be written, so the run stays running with no live
+            # worker, which shows as interrupted (resumable); what was committed is kept.
+            stop_beating.set()
+            beat.join()
+            raise
         except BaseException as exc:
             self._stop(worker.id, stop_beating, beat)
             if isinstance(exc, Exception):  # an interrupt leaves the run to show as interrupted (resumable)
                 error = describe_error(exc)
-                self.store.finish_run(run_id, lambda: {"status": RunStatus.FAILED, "error": error,
-                                                       "finished_at": utc_now()}, when="alone")
+                self.db(self.store.finish_run, run_id, lambda: {"status": RunStatus.FAILED, "error": error,
+                                                                "finished_at": utc_now()}, when="alone")
             raise
         self._stop(worker.id, stop_beating, beat)
-        self.store.finish_run(run_id, lambda: self._final(run_id, total, cancelled, final_summary),
-                              when="alone" if cancelled else "drained")
-        status = RunStatus(self.store.get_run(run_id).status)
-        counts = self.store.result_counts(run_id)
+        self.db(self.store.finish_run, run_id, lambda: self._final(run_id, total, cancelled, final_summary),
+                when="alone" if cancelled else "drained")
+        status = RunStatus(self.db(self.store.get_run, run_id).status)
+        counts = self.db(self.store.result_counts, run_id)
         done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
         tally.done, tally.failed = done, failed
         self._emit(tally.progress(run_id))
@@ -304,18 +322,22 @@ class BatchRunner:
         return final
 
     def _heartbeat(self, worker_id: str, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_s):
+        wait_s = self.heartbeat_s
+        while not stop.wait(wait_s):
             try:
                 self.store.heartbeat(worker_id, self.lease_s)
-            except Exception:  # noqa: BLE001 - a missed beat (database busy) is retried on the next one
+            except Exception:  # noqa: BLE001 - a missed beat (database busy or away) is retried soon
+                # Beat again within a second, so the leases are renewed as soon as the database is back.
+                wait_s = min(self.heartbeat_s, 1.0)
                 continue
+            wait_s = self.heartbeat_s
 
     def _stop(self, worker_id: str, stop_beating: threading.Event, beat: threading.Thread) -> None:
         """This worker leaves the run: no more heartbeats, its unstarted claims go back to the queue."""
         stop_beating.set()
         beat.join()
-        self.store.release_cases(worker_id)
-        self.store.finish_worker(worker_id)
+        self.db(self.store.release_cases, worker_id)
+        self.db(self.store.finish_worker, worker_id)
 
     def _drain(self, run_id: str, claims: _Claims, run_case: CaseFunction, tally: _Tally) -> bool:
         """Run claimed cases with at most ``workers`` in flight, committing finished ones in groups, until the
@@ -328,7 +350,7 @@ class BatchRunner:
                 key = claims.next()
                 if key is None:
                     self._commit(run_id, window.take(), claims, tally)
-                    if self.store.queued_cases(run_id) == 0:
+                    if self.db(self.store.queued_cases, run_id) == 0:
                         break
                     self._cancel.wait(self.idle_poll_s)
                     continue
@@ -347,7 +369,7 @@ class BatchRunner:
                     in_flight.add(pool.submit(self._run_one, run_id, claims, key, run_case))
                 if not in_flight:
                     self._commit(run_id, window.take(), claims, tally)
-                    if self._cancel.is_set() or self.store.queued_cases(run_id) == 0:
+                    if self._cancel.is_set() or self.db(self.store.queued_cases, run_id) == 0:
                         return self._cancel.is_set()
                     self._cancel.wait(self.idle_poll_s)
                     continue
@@ -364,7 +386,7 @@ class BatchRunner:
         now = time.monotonic()
         if now - self._last_poll >= self.cancel_poll_seconds:
             self._last_poll = now
-            if self.store.get_run(run_id).status == RunStatus.CANCELLING:
+            if self.db(self.store.get_run, run_id).status == RunStatus.CANCELLING:
                 self._cancel.set()
         return self._cancel.is_set()
 
@@ -372,7 +394,9 @@ class BatchRunner:
         if not unwritten:
             return
         leases = [claims.lease_of.pop(records.key) for records in unwritten]
-        written = self.store.save_case_records(unwritten, leases)
+        # A commit that failed (the database went away) is redone whole when it is back; stored results are
+        # re-read first, so a commit that did land is not doubled.
+        written = self.db(self.store.save_case_records, unwritten, leases)
         # A case not written was finished by another worker first (its claim had expired); its result stands.
         for records, was_written in zip(unwritten, written, strict=True):
             if was_written:
@@ -389,6 +413,8 @@ class BatchRunner:
                 raise LookupError(f"case {case_id} is in the run's queue but not among the cases this worker "
                                   "loaded; its inputs differ from the run's")
             outcome = run_case(case, ctx)
+        except (DatabaseUnavailable, StoreFullError):  # not the case's fault: the worker stops, a resume redoes it
+            raise
         except Exception as exc:  # noqa: BLE001 - any case error is data to record, not a reason to stop the run
             result = CaseResult(run_id=run_id, case_id=case_id, repetition=repetition,
                                 status=CaseStatus.FAILED, error=describe_error(exc), started_at=started,

@@ -223,3 +223,20 @@ def test_a_database_at_0006_is_upgraded_to_lazy_queues_keeping_a_wave_in_progres
     assert [case_id for _, case_id, _ in store.claim_cases("old", "w", keys, 10, lease_s=30)] == ["c2"]
     assert len(table_rows(db_url, "case_leases")) == 2
     store.engine.dispose()
+
+
+def test_a_database_at_0007_is_upgraded_to_judge_budgets_keeping_its_rows(db_url: str) -> None:
+    """0008_judge_budget on SQLite and PostgreSQL: the shared judge budget table is added, a run left running by
+    the previous version is kept, and the new table takes admissions at once."""
+    from medeval_core.judges.ratelimit import SharedWindowLimiter
+
+    database_with_a_running_run(db_url, "0007_lazy_queue", "SELECT 1")
+    before = table_rows(db_url, "runs")
+    store = Store(db_url)
+    assert store.schema_action == "upgraded"
+    assert schema_differences(db_url) == []
+    assert table_rows(db_url, "runs") == before
+    with SharedWindowLimiter(store, "http://judge.invalid/v1", "m", 2, 100, 1.0).slot(10) as waited:
+        assert waited < 1.0
+    assert len(table_rows(db_url, "judge_budget_slots")) == 1
+    store.engine.dispose()

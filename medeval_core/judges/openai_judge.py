@@ -1,7 +1,8 @@
 """The LLM judge of design.md §3.1 over any OpenAI-compatible endpoint (DashScope, vLLM, Ollama).
 
 Every request value comes from ``configs/ddi_judge.json``. The SDK's own retries are off (``sdk_max_retries`` 0):
-retries happen here, so that each attempt passes the shared rate limiter, is validated the same way and is
+retries happen here, so that each attempt passes the endpoint's rate budget (shared through the store by every
+process that judges with it), is validated the same way and is
 reported to ``on_attempt`` (and so stored). A verdict that breaks the schema counts as a failed attempt, like an
 HTTP error: strict validation is what keeps a malformed answer from becoming a score.
 """
@@ -27,11 +28,12 @@ from medeval_core.judges.ddi import (
     JudgeAttempt,
     JudgeError,
 )
-from medeval_core.judges.ratelimit import SlidingWindowLimiter
+from medeval_core.judges.ratelimit import shared_limiter
 from medeval_core.prompts import fill, load_prompt
 from medeval_core.records import ModelCall
 from medeval_core.redaction import redact, register_secret
 from medeval_core.settings import JudgeRequestSettings, Settings
+from medeval_core.store import Store, open_store
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 VERDICT_KEYS = frozenset(DdiVerdict.model_fields)
@@ -116,6 +118,7 @@ class OpenAIDdiJudge:
         api_key: str,
         system_prompt: str,
         user_template: str,
+        store: Store,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         batch = request.batch_evaluator_defaults
@@ -127,8 +130,8 @@ class OpenAIDdiJudge:
         self.request = request
         self.system_prompt = system_prompt
         self.user_template = user_template
-        self.limiter = SlidingWindowLimiter(batch.requests_per_minute, batch.tokens_per_minute,
-                                            batch.rate_window_seconds)
+        self.limiter = shared_limiter(store, base_url, model, batch.requests_per_minute, batch.tokens_per_minute,
+                                      batch.rate_window_seconds)
         self._sleep = sleep
         register_secret(api_key)
         self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=request.timeout_seconds,
@@ -140,7 +143,8 @@ class OpenAIDdiJudge:
         return cls(
             request=settings.judge_settings("ddi"), base_url=base_url, model=model, api_key=api_key,
             system_prompt=load_prompt("ddi_judge_system", settings.prompts_dir),
-            user_template=load_prompt("ddi_judge_user", settings.prompts_dir), sleep=sleep,
+            user_template=load_prompt("ddi_judge_user", settings.prompts_dir), store=open_store(settings.db_url),
+            sleep=sleep,
         )
 
     def messages(self, item: DdiJudgeItem) -> list[dict[str, str]]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, false, func, or_, text
 from sqlalchemy.engine import Connection, Engine, Row, make_url
@@ -42,8 +42,12 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.redaction import mask_credentials, redact, register_secret
+from medeval_core.store import outage
+from medeval_core.store.judge_budget import JudgeBudgetSlotRow  # noqa: F401 - its table joins the metadata
 from medeval_core.store.migrations import ensure_schema, upgrade
 from medeval_core.store.model_backends import ModelBackendRow  # noqa: F401 - its table joins the metadata
+
+T = TypeVar("T")
 
 
 class RunRow(SQLModel, table=True):
@@ -228,8 +232,11 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
-        # Timestamps are stored without a zone and meant as UTC: the session's zone must not shift them.
-        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c timezone=UTC"})
+        # Timestamps are stored without a zone and meant as UTC: the session's zone must not shift them. A host
+        # that does not answer fails a connection in 10 s, so a worker's outage retries see it (not the OS's
+        # two-minute TCP timeout).
+        return create_engine(url, pool_pre_ping=True,
+                             connect_args={"options": "-c timezone=UTC", "connect_timeout": 10})
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     database = parsed.database
@@ -263,6 +270,12 @@ class Store:
             raise StoreError(f"Could not bring the database {redact_url(url)} to medeval's schema: "
                              f"{one_line(redact(str(exc)))}") from exc
         self._write_lock = threading.Lock()
+
+    def ride_out_outage(self, call: Callable[..., T], *args: Any, on_return: Callable[[], None] | None = None,
+                        **kwargs: Any) -> T:
+        """``call(*args, **kwargs)`` retried while this database is out of reach (``outage.ride_out``): what a
+        worker does with every store operation, so that it rides out a database restart."""
+        return outage.ride_out(self.url, call, *args, on_return=on_return, **kwargs)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
