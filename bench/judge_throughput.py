@@ -44,7 +44,7 @@ from medeval_core.judges.ddi import DdiJudgeItem  # noqa: E402
 from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens  # noqa: E402
 from medeval_core.settings import Settings, load_settings  # noqa: E402
 from tests.fake_openai import FakeOpenAI, verdict_reply  # noqa: E402
-from tests.judge_support import judge_all  # noqa: E402
+from tests.judge_support import judge_all, worst_window  # noqa: E402
 
 TARGET_RATIO = 0.9
 PROTOCOL_WINDOW_S = 60.0
@@ -83,21 +83,6 @@ def items(count: int) -> list[DdiJudgeItem]:
     return [DdiJudgeItem(case_id=f"case-{i:04d}", reference="basal-cell-carcinoma-nodular",
                          response=f"[case-{i:04d}] {rationale}\nFinal diagnosis: nodular basal cell carcinoma.")
             for i in range(count)]
-
-
-def worst_window(times: list[float], weights: list[int], window_s: float) -> tuple[int, int]:
-    """The most requests, and the most weight, that any window of ``window_s`` seconds holds."""
-    pairs = sorted(zip(times, weights, strict=True))
-    most_requests = most_weight = 0
-    start = weight = 0
-    for end, (t, w) in enumerate(pairs):
-        weight += w
-        while t - pairs[start][0] >= window_s:
-            weight -= pairs[start][1]
-            start += 1
-        most_requests = max(most_requests, end - start + 1)
-        most_weight = max(most_weight, weight)
-    return most_requests, most_weight
 
 
 def _serve(latency_s: float, commands: Connection) -> None:

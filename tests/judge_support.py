@@ -40,3 +40,30 @@ def judge_all(judge: DdiJudge, items: Iterable[DdiJudgeItem], store: Store | Non
     with ThreadPoolExecutor(max_workers=concurrency or judge.concurrency) as pool:
         list(pool.map(one, list(items)))
     return judged
+
+
+def worst_window(times: list[float], weights: list[int], window_s: float) -> tuple[int, int]:
+    """The most requests, and the most weight (tokens), that any window of ``window_s`` seconds holds: what a
+    provider counting arrivals in a sliding window sees."""
+    pairs = sorted(zip(times, weights, strict=True))
+    most_requests = most_weight = 0
+    start = weight = 0
+    for end, (t, w) in enumerate(pairs):
+        weight += w
+        while t - pairs[start][0] >= window_s:
+            weight -= pairs[start][1]
+            start += 1
+        most_requests = max(most_requests, end - start + 1)
+        most_weight = max(most_weight, weight)
+    return most_requests, most_weight
+
+
+def windows_over_budget(times: list[float], window_s: float, budget: int) -> int:
+    """How many arrivals end a window of ``window_s`` seconds holding more than ``budget`` arrivals."""
+    ordered = sorted(times)
+    start = over = 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= window_s:
+            start += 1
+        over += end - start + 1 > budget
+    return over
