@@ -13,7 +13,10 @@ FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite), keeps them wit
 them done in the transaction that stores their results.
 So two resumes of one run, or workers on many hosts pointed at one database, never run a case twice (a claim of a
 worker that stopped heart-beating expires and is taken by another), and a failed attempt never replaces a good
-result. The worker that finds the queue drained writes the run's final status and summary in one transaction.
+result. Every store operation of a worker rides out a database outage (``BatchRunner.db``: retried with backoff up
+to ``MEDEVAL_DB_OUTAGE_SECONDS``, the heartbeat renewed first when the database is back); past that limit, or on a
+full disk, the worker stops with the store's one-line error and leaves the run interrupted, to resume.
+The worker that finds the queue drained writes the run's final status and summary in one transaction.
 """
 
 from __future__ import annotations
@@ -279,7 +282,8 @@ class BatchRunner:
             beat.join()
             raise
         except BaseException as exc:
-            self._stop(worker.id, stop_beating, beat)
+            # An interrupt (Ctrl-C) stops at once, without waiting out a database outage.
+            self._stop(worker.id, stop_beating, beat, ride_out=isinstance(exc, Exception))
             if isinstance(exc, Exception):  # an interrupt leaves the run to show as interrupted (resumable)
                 error = describe_error(exc)
                 self.db(self.store.finish_run, run_id, lambda: {"status": RunStatus.FAILED, "error": error,
@@ -332,12 +336,16 @@ class BatchRunner:
                 continue
             wait_s = self.heartbeat_s
 
-    def _stop(self, worker_id: str, stop_beating: threading.Event, beat: threading.Thread) -> None:
+    def _stop(self, worker_id: str, stop_beating: threading.Event, beat: threading.Thread,
+              ride_out: bool = True) -> None:
         """This worker leaves the run: no more heartbeats, its unstarted claims go back to the queue."""
         stop_beating.set()
         beat.join()
-        self.db(self.store.release_cases, worker_id)
-        self.db(self.store.finish_worker, worker_id)
+        for leave in (self.store.release_cases, self.store.finish_worker):
+            if ride_out:
+                self.db(leave, worker_id)
+            else:
+                leave(worker_id)
 
     def _drain(self, run_id: str, claims: _Claims, run_case: CaseFunction, tally: _Tally) -> bool:
         """Run claimed cases with at most ``workers`` in flight, committing finished ones in groups, until the
