@@ -62,11 +62,26 @@ REFUSAL = "Please order a specific test; '{request}' does not name one."
 _EXAM_WORDS = re.compile(r"\b(exam\w*|auscultat\w*|palpat\w*|inspect\w*|percuss\w*|vital\w*|temperature|pulse|"
                          r"blood pressure|heart rate|respiratory rate|oxygen saturation|reflex\w*|murmur\w*|"
                          r"tender\w*|look at|listen)\b", re.I)
+# The phrases that tie findings to a disease (an interpretation, not a finding); a clause from one of them to the end
+# of its sentence is withheld when it names the case's diagnosis. "Biopsy: squamous cell carcinoma" states a finding
+# and stays; "..., consistent with squamous cell carcinoma" interprets one and goes.
+INTERPRETIVE_PHRASES = (
+    "consistent with", "compatible with", "in keeping with", "in line with", "supportive of", "supporting",
+    "supports", "suggestive of", "suggesting", "suggests", "indicative of", "indicating", "indicates",
+    "diagnostic of", "diagnostic for", "characteristic of", "typical of", "classic for", "classic of",
+    "pathognomonic of", "pathognomonic for", "confirming the diagnosis of", "confirming", "confirms", "confirmed",
+    "confirmatory of", "confirmatory for", "confirmatory findings of", "confirmatory findings for", "representing",
+    "represents", "most likely", "likely", "probable", "probably", "possibly", "hinting at", "hints at",
+    "pointing to", "points to", "pointing towards", "pointing toward", "concerning for", "worrisome for",
+    "suspicious for", "raising concern for", "raising suspicion for", "in favour of", "in favor of", "favouring",
+    "favoring", "reflecting", "reflects", "attributable to", "secondary to", "due to", "caused by",
+    "associated with", "as seen in", "seen in", "in the setting of", "the diagnosis of", "diagnosis of",
+)
 _INTERPRETATION = re.compile(
-    r"[,;]?\s*(?:which\s+(?:is|are)\s+|and\s+|these\s+findings\s+are\s+|findings\s+)?(?:highly\s+)?"
-    r"(?:consistent\s+with|compatible\s+with|suggestive\s+of|suggesting|indicative\s+of|indicating|diagnostic\s+of|"
-    r"in\s+keeping\s+with|characteristic\s+of|typical\s+of|associated\s+with|confirming(?:\s+the\s+diagnosis\s+of)?|"
-    r"confirmatory\s+(?:findings\s+)?(?:of|for)|pathognomonic\s+(?:of|for)|representing)\b[^.;\n]*",
+    r"[,;:]?\s*(?:which\s+(?:is|are|was|were)\s+|that\s+(?:is|are)\s+|and\s+|these\s+findings\s+are\s+|"
+    r"(?:the\s+)?findings?\s+(?:are\s+|is\s+)?)?(?:(?:highly|strongly|most|very|more|quite|most\s+likely)\s+)?"
+    r"\b(?:" + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in sorted(INTERPRETIVE_PHRASES, key=len,
+                                                                         reverse=True)) + r")\b[^.;\n]*",
     re.I)
 
 
@@ -138,21 +153,37 @@ def render(kind: str, answers: Sequence[Answer]) -> str:
     return "\n".join(lines)
 
 
+def diagnosis_names(diagnosis: str) -> list[set[str]]:
+    """The word sets that name ``diagnosis``: its words longer than three letters, any abbreviation it gives in
+    parentheses ("... encephalopathy (PML)"), and its initials when they are three letters or more ("AML")."""
+    main = re.sub(r"\([^()]*\)", " ", diagnosis)
+    names = [{w for w in plain(main).split() if len(w) > 3}]
+    names += [set(plain(abbreviation).split()) for abbreviation in re.findall(r"\(([^()]+)\)", diagnosis)]
+    initials = "".join(word[0] for word in plain(main).split() if word not in ("of", "the", "and", "with"))
+    if len(initials) >= 3:
+        names.append({initials})
+    return [name for name in names if name]
+
+
+def names_diagnosis(text: str, diagnosis: str, share: float = 1.0) -> bool:
+    """Whether ``text`` names ``diagnosis``: holds at least ``share`` of the words of one of its names."""
+    words = set(plain(text).split())
+    return any(len(name & words) >= share * len(name) for name in diagnosis_names(diagnosis))
+
+
 def withhold_interpretation(text: str, diagnosis: str) -> tuple[str, list[str]]:
-    """``text`` without the interpretive clauses and interpretation lines that name ``diagnosis`` (what was
-    removed is returned for the record)."""
-    # The diagnosis and any abbreviation it gives in parentheses ("... encephalopathy (PML)") are each a name.
-    names = [re.sub(r"\([^()]*\)", " ", diagnosis), *re.findall(r"\(([^()]+)\)", diagnosis)]
-    name_words = [{w for w in plain(name).split() if len(w) > 3 or name != names[0]} for name in names]
+    """``text`` without the interpretive clauses (``INTERPRETIVE_PHRASES`` to the end of the sentence) and the
+    interpretation lines that name ``diagnosis``, half of a name's words being enough (what was removed is
+    returned for the record)."""
 
     def names_it(fragment: str) -> bool:
-        words = set(plain(fragment).split())
-        return any(wanted and len(wanted & words) >= len(wanted) / 2 for wanted in name_words)
+        return names_diagnosis(fragment, diagnosis, share=0.5)
 
     removed: list[str] = []
     kept_lines = []
     for line in text.splitlines():
-        if re.match(r"\s*(interpretation|impression|diagnosis|conclusion)\s*:", line, re.I) and names_it(line):
+        if re.match(r"\s*(interpretation|impression|diagnosis|conclusion|assessment)\s*:", line, re.I) and \
+                names_it(line):
             removed.append(line.strip())
             continue
 
@@ -279,6 +310,16 @@ class OfflineGatekeeper:
             return text, []
         return withhold_interpretation(text, self.case.final_diagnosis)
 
+    def _told(self, text: str) -> tuple[str, list[str]]:
+        """History or examination ``text`` as the answer to a question: without the sentences that name the case's
+        diagnosis (all the words of one of its names) and without interpretive clauses naming it."""
+        if self.interpretation == "keep":
+            return text, []
+        sentences = _sentences(text)
+        removed = [s for s in sentences if names_diagnosis(s, self.case.final_diagnosis)]
+        kept, withheld = self._withhold(" ".join(s for s in sentences if s not in removed))
+        return (kept if kept.strip() else ""), removed + withheld
+
     def _by_name(self, request: str) -> Answer | None:
         """The answer found without encoding the order: the case's own name, a refusal, or, for an order the
         vocabulary names, the case's result of that test or that test's normal result."""
@@ -396,7 +437,9 @@ class OfflineGatekeeper:
             if pattern.search(request):
                 for name in names:
                     if name in sections:
-                        return self._real(request, _Candidate(label=name, text=sections[name], parent="history"))
+                        text, withheld = self._told(sections[name])
+                        return Answer(request=request, text=text or NOT_REPORTED, source="REAL", matched=name,
+                                      withheld=withheld)
         if not self.sentences:
             return Answer(request=request, text=NOT_REPORTED, source="SYNTHETIC")
         if self._sentence_index is None:
@@ -409,12 +452,8 @@ class OfflineGatekeeper:
             text = EXAM_NORMAL if _EXAM_WORDS.search(request) else NOT_REPORTED
             return Answer(request=request, text=text, source="SYNTHETIC")
         chosen = sorted(found, key=lambda match: match.index)
-        texts, withheld = [], []
-        for match in chosen:
-            text, removed = self._withhold(self.sentences[match.index].text)
-            texts.append(text)
-            withheld += removed
-        return Answer(request=request, text=" ".join(texts), source="REAL",
+        text, withheld = self._told(" ".join(self.sentences[match.index].text for match in chosen))
+        return Answer(request=request, text=text or NOT_REPORTED, source="REAL",
                       matched="; ".join(self.sentences[m.index].label for m in chosen),
                       similarity=round(max(m.similarity for m in chosen), 4), withheld=withheld)
 
@@ -432,10 +471,12 @@ class LLMGatekeeper:
     name = "llm"
 
     def __init__(self, case: SDBenchCase, backend: Any, system_template: str,
-                 on_call: Callable[[Any], None] | None = None, max_invalid: int = 1) -> None:
+                 on_call: Callable[[Any], None] | None = None, max_invalid: int = 1,
+                 interpretation: Interpretation = "withhold") -> None:
         from medeval_core.prompts import fill
 
         self.case = case
+        self.interpretation = interpretation
         self.backend = backend
         self.on_call = on_call
         self.max_invalid = max_invalid
@@ -443,7 +484,7 @@ class LLMGatekeeper:
             {"role": "system", "content": fill(system_template, case=case.full_text)}]
 
     def describe(self) -> dict[str, Any]:
-        return {"gatekeeper": self.name, **self.backend.describe()}
+        return {"gatekeeper": self.name, "interpretation": self.interpretation, **self.backend.describe()}
 
     def answer(self, kind: Literal["questions", "tests"], requests: Sequence[str]) -> list[Answer]:
         refused = {i: Answer(request=r, text=REFUSAL.format(request=r), source="REFUSED")
@@ -495,7 +536,8 @@ class LLMGatekeeper:
             if source not in ("REAL", "SYNTHETIC", "REFUSED") or not text:
                 raise ValueError('each result needs a non-empty "result" and a "source" of REAL, SYNTHETIC or '
                                  "REFUSED")
-            text, withheld = withhold_interpretation(text, self.case.final_diagnosis)
+            text, withheld = ((text, []) if self.interpretation == "keep"
+                              else withhold_interpretation(text, self.case.final_diagnosis))
             answers.append(Answer(request=request, text=text, source=source, withheld=withheld))  # type: ignore[arg-type]
         return answers
 
