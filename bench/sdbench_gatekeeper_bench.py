@@ -16,11 +16,13 @@ The list was written by hand from US and UK clinical usage before the vocabulary
 (``prompts/sdbench_test_vocabulary.json``) and split by a fixed rule: an order whose lower-cased text has a sha256
 divisible by 3 is held out.
 
-``--actions FILE`` writes a replay file for ``run sdbench --agent replay``: each case orders its tests by the list's
-phrasings (held-out ones with ``--heldout``), one turn each, then commits the reference diagnosis; ``--expect FILE``
-writes beside it which test each ordered phrasing must come back as (``bench/sdbench_replay_check.py`` reads both).
+``--actions FILE --expect FILE`` writes a replay file for ``run sdbench --agent replay``: each case orders its tests
+by the list's phrasings (held-out ones with ``--heldout``), then commits the reference diagnosis, and beside it which
+test each ordered phrasing must come back as; ``--check EXPORT --expect FILE`` reads the run's results
+(``runs export RUN_ID --out EXPORT.jsonl``) and prints the own-result rate and the wrong-test count.
 
 Run: python bench/sdbench_gatekeeper_bench.py [--heldout] [--timing 5] [--actions FILE --expect FILE]
+     python bench/sdbench_gatekeeper_bench.py --check EXPORT.jsonl --expect FILE
 """
 
 from __future__ import annotations
@@ -106,10 +108,13 @@ def synonym_orders(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]])
     orders = []
     for row in rows:
         wanted = {name_key(name) for name in row["case_names"]}
-        for case in cases:
-            if any(name_key(name) in wanted for name in case_names(case)):
-                orders.append((case, row["order"], wanted))
+        orders += [(case, row["order"], wanted) for case in cases
+                   if any(name_key(name) in wanted for name in case_names(case))]
     return orders
+
+
+def load_average() -> list[str]:
+    return Path("/proc/loadavg").read_text().split()[:3]
 
 
 def evaluate(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -150,7 +155,7 @@ def evaluate(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], args:
             vague[1] += 1
             vague[0] += answer.source == "REFUSED"
     total = sum(synonym.values())
-    print(f"cases: {len(cases)}; load average {open('/proc/loadavg').read().split()[:3]}")
+    print(f"cases: {len(cases)}; load average {load_average()}")
     print(f"own names:  REAL {own[0]}/{own[1]} = {100 * own[0] / own[1]:.1f}%")
     print(f"synonym list ({args.part}: {len(rows)} phrasings, {without_encoding} decided by the vocabulary without "
           f"encoding), ordered {total} times on cases with their test: right real result {synonym['right']}/{total} "
@@ -184,7 +189,8 @@ def baseline_modules(commit: str) -> ModuleType:
     return modules["gatekeeper"]
 
 
-def timing(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], rounds: int, commit: str) -> None:
+def timing(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], rounds: int, commit: str,
+           limit: int) -> None:
     baseline = baseline_modules(commit)
     baseline_catalog = baseline.load_catalog() if hasattr(baseline, "load_catalog") else \
         sys.modules["sdbench_baseline_catalog"].load_catalog()
@@ -196,6 +202,14 @@ def timing(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], rounds:
     for case in cases:
         orders = by_case.get(case.case_id, [])
         turns += [(case, orders[i:i + TURN_SIZE]) for i in range(0, len(orders), TURN_SIZE)]
+    # every case's turns in case order, cut at about ``limit`` orders (the same turns for both gatekeepers)
+    kept, total = [], 0
+    for turn in turns:
+        if total >= limit:
+            break
+        kept.append(turn)
+        total += len(turn[1])
+    turns = kept
     count = sum(len(orders) for _, orders in turns)
     memos = [catalog_module._vector_cache, sys.modules["sdbench_baseline_catalog"]._vector_cache]
 
@@ -218,7 +232,7 @@ def timing(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], rounds:
         for kind in (("this", "baseline") if number % 2 == 0 else ("baseline", "this")):
             figures[kind].append(run(kind))
     print(f"timing: {count} orders in {len(turns)} turns (up to {TURN_SIZE} a turn), {rounds} interleaved rounds, "
-          f"per-text vector memo cleared each round; load average {open('/proc/loadavg').read().split()[:3]}")
+          f"per-text vector memo cleared each round; load average {load_average()}")
     for kind in ("this", "baseline"):
         label = "this gatekeeper" if kind == "this" else f"baseline {commit}"
         print(f"  {label}: ms per order min {min(figures[kind]):.3f}, "
@@ -244,18 +258,53 @@ def write_replay(cases: Sequence[SDBenchCase], rows: Sequence[dict[str, Any]], a
     print(f"wrote {actions} and {expect} ({len(by_case)} cases)")
 
 
+def check_run(export: Path, expect: Path) -> None:
+    """The replayed run's test answers against what each order must come back as."""
+    expected = {row["case_id"]: row["orders"] for row in map(json.loads, expect.read_text().splitlines()) if row}
+    counts = {"right": 0, "wrong test": 0, "SYNTHETIC": 0, "REFUSED": 0, "not answered": 0}
+    for line in export.read_text(encoding="utf-8").splitlines():
+        result = json.loads(line)
+        orders = expected.get(result["case_id"])
+        if orders is None or not result.get("output"):
+            continue
+        items = [item for turn in result["output"]["turns"] if turn["kind"] == "tests" for item in turn["items"]]
+        by_request = {item["request"]: item for item in items}
+        for order in orders:
+            item = by_request.get(order["order"])
+            if item is None:
+                counts["not answered"] += 1
+                continue
+            answer = Answer(request=item["request"], text="", source=item["source"], matched=item["matched"])
+            wanted = {name_key(name) for name in order["case_names"]}
+            outcome = "right" if answer.source == "REAL" and right_test(answer, wanted) else (
+                "wrong test" if answer.source == "REAL" else answer.source)
+            counts[outcome] += 1
+    total = sum(counts.values())
+    print(f"replayed run {export.name}: {total} orders; own result {counts['right']}/{total} = "
+          f"{100 * counts['right'] / max(total, 1):.1f}%; wrong test {counts['wrong test']}; SYNTHETIC "
+          f"{counts['SYNTHETIC']}; REFUSED {counts['REFUSED']}; not answered {counts['not answered']}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heldout", action="store_true", help="measure the held-out third of the synonym list")
     parser.add_argument("--timing", type=int, default=0, metavar="ROUNDS", help="time orders against --baseline")
     parser.add_argument("--baseline", default="33dc2a2", help="git commit of the baseline gatekeeper")
+    parser.add_argument("--timing-orders", type=int, default=600, help="about this many orders a timing round")
     parser.add_argument("--actions", type=Path, help="write a replay file ordering the list's phrasings here")
-    parser.add_argument("--expect", type=Path, help="with --actions: write what each order must come back as")
+    parser.add_argument("--expect", type=Path, help="what each replayed order must come back as (written with "
+                                                    "--actions, read with --check)")
+    parser.add_argument("--check", type=Path, metavar="EXPORT", help="check a replayed run's exported results")
     parser.add_argument("--test-threshold", type=float, default=TEST_THRESHOLD)
     parser.add_argument("--catalog-threshold", type=float, default=CATALOG_HOP_THRESHOLD)
     parser.add_argument("--quiet", action="store_true", help="figures only, not each miss")
     args = parser.parse_args()
     args.part = "heldout" if args.heldout else "tuning"
+    if args.check:
+        if args.expect is None:
+            parser.error("--check needs --expect")
+        check_run(args.check, args.expect)
+        return 0
     data = Path(os.environ.get("MEDEVAL_DATA_DIR", ROOT.parent / "shared" / "data"))
     cases = import_agentclinic(data / "agentclinic" / "agentclinic_medqa.jsonl").cases
     rows = synonym_rows(args.part)
@@ -266,7 +315,7 @@ def main() -> int:
         return 0
     evaluate(cases, rows, args)
     if args.timing:
-        timing(cases, rows, args.timing, args.baseline)
+        timing(cases, rows, args.timing, args.baseline, args.timing_orders)
     return 0
 
 

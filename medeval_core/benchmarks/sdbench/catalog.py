@@ -270,31 +270,39 @@ class TestCatalog:
         """The names of the catalogue tests ``panel`` reports (empty for a single test)."""
         return self._parts.get(panel.name, frozenset())
 
-    def reports(self, found: CatalogEntry, wanted: CatalogEntry) -> bool:
-        """Whether a result of ``found`` is the result of ``wanted``: the same test, or a panel holding every
-        test of the panel ``wanted`` (a metabolic panel answers an order for electrolytes)."""
-        if found == wanted:
-            return True
-        wanted_parts = self.parts(wanted)
-        return bool(wanted_parts) and (wanted.name in self.parts(found) or wanted_parts <= self.parts(found))
+    def holds(self, panel: CatalogEntry, entry: CatalogEntry) -> bool:
+        """Whether a result of ``panel`` holds the result of ``entry``: the same test, one of its tests, or a
+        panel all of whose tests it reports (a metabolic panel holds the electrolytes)."""
+        return entry == panel or entry.name in self.parts(panel) or (
+            bool(self.parts(entry)) and self.parts(entry) <= self.parts(panel))
 
     def resolve(self, name: str) -> CatalogEntry | None:
         """``name`` as one catalogue entry without embeddings: exactly, else an order that lists tests of one
-        panel ("TSH and free T4", "CBC w/ diff": the panel; "total and direct bilirubin": the one test named)."""
+        panel ("TSH and free T4", "transaminases and bilirubin": the panel; "Na K Cl HCO3": the electrolytes;
+        "total and direct bilirubin": the one test named)."""
         entry = self.exact(name)
         if entry is not None:
             return entry
         pieces = [piece for piece in _LIST_SEPARATORS.split(name) if piece and plain(piece)]
-        if len(pieces) < 2:  # a list without separators ("Na K Cl HCO3") only when every word is a test
-            pieces = plain(name).split()
-            if len(pieces) < 2 or any(self.exact(piece) is None for piece in pieces):
-                return None
-        found = {e.name: e for e in (self.exact(piece) for piece in pieces) if e is not None}
-        if not found:
+        if len(pieces) < 2:
+            return self._listed_in_words(name)
+        found = [self.exact(piece) or self._listed_in_words(piece) for piece in pieces]
+        return self._holding([entry for entry in found if entry is not None])
+
+    def _listed_in_words(self, name: str) -> CatalogEntry | None:
+        """A list without separators ("Na K Cl HCO3", "transaminases" as "alt ast"), only when every word is a
+        test."""
+        found = [self.exact(word) for word in self.vocabulary.canonical(name).split()]
+        if len(found) < 2 or any(entry is None for entry in found):
             return None
-        if len(found) == 1:
-            return next(iter(found.values()))
-        holding = [panel for panel in self.entries if set(found) <= self.parts(panel) | {panel.name}]
+        return self._holding([entry for entry in found if entry is not None])
+
+    def _holding(self, found: Sequence[CatalogEntry]) -> CatalogEntry | None:
+        """The one test of ``found``, else the smallest panel that holds every test (and panel) of it."""
+        named = {entry.name: entry for entry in found}
+        if len(named) <= 1:
+            return next(iter(named.values()), None)
+        holding = [panel for panel in self.entries if all(self.holds(panel, entry) for entry in named.values())]
         return min(holding, key=lambda panel: len(self.parts(panel)), default=None)
 
     def names(self) -> list[str]:

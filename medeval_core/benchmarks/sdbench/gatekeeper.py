@@ -2,17 +2,24 @@
 
 The gatekeeper answers each question or test order of a turn from the case, as chart text:
 - *offline* (the default when no chat model serves the ``gatekeeper`` role), for structured cases: an order is
-  matched to the case's tests (same name or catalogue alias, a panel's component, a name the catalogue lacks taken
-  for a catalogue test by embedding, or sentence-embedding similarity to the case's test names above a threshold,
-  never across imaging modalities or between two different catalogue tests) and
-  answered with the case's own text: REAL; a test the case lacks gets the catalogue's normal-range result:
-  SYNTHETIC. A question is matched to the history and examination sentences the same way.
+  answered with the case's own text (REAL) when it is the case's test by name; or when the catalogue's vocabulary
+  names the catalogue test it means ("roentgenogram of the thorax", "TSH and free T4") and the case has that test,
+  a line of a panel for it on the same specimen, or a panel that holds it; these need no sentence encoding. An order
+  the vocabulary does not name is encoded (a turn's together) and taken for the most similar catalogue test, or
+  case test name, above a threshold, never across imaging modalities or specimens or between two different catalogue
+  tests. A test the case lacks gets the catalogue's normal-range result: SYNTHETIC. A question is matched to the
+  history and examination sentences the same way.
 - *LLM*: the chat model reads the full case under the ``sdbench_gatekeeper_system`` prompt (the paper's rules) and
   returns one JSON result per request with its source; the agent sees only the rendered results.
 Both refuse vague orders ("blood work", "all labs"): REFUSED. Every answer is stored with its source and what it
 matched (the turn's provenance); the agent sees a numbered ``Test Results:`` (or ``Answers:``) block only.
-Interpretive clauses that name the case's diagnosis ("..., consistent with Hirschsprung disease") are withheld
-from a real result: the gatekeeper reports findings, it never interprets, and the diagnosis never reaches the agent.
+What is withheld (``interpretation="withhold"``, the default; ``"keep"`` returns results as written, and a run
+records which): from a real result, an interpretive clause (one of ``INTERPRETIVE_PHRASES`` to the end of its
+sentence: "..., consistent with / supportive of / hinting at Hirschsprung disease") and an
+Interpretation/Impression/Diagnosis/Conclusion/Assessment line, when it names the case's diagnosis; from an answer
+to a question, also any sentence that names it. What is returned: every finding as the case states it, including
+a result whose finding is the diagnosis ("Skin biopsy: basal cell carcinoma"): the agent ordered the test that shows
+it. The gatekeeper reports findings; it never interprets them.
 """
 
 from __future__ import annotations
@@ -362,25 +369,34 @@ class OfflineGatekeeper:
 
     def _reporting(self, request: str, wanted: CatalogEntry) -> _Candidate | None:
         """The case's result of catalogue test ``wanted``: a test of that name, else a line of a panel for that
-        test from the same specimen (a urinalysis's "Glucose" is not blood glucose), else a panel that reports it
-        (a metabolic panel for electrolytes; a CBC without a haemoglobin line for haemoglobin)."""
+        test from the same specimen (a urinalysis's "Glucose" is not blood glucose), else a panel that holds it
+        (a metabolic panel for electrolytes; a CBC written as prose for haemoglobin, not one whose lines lack
+        it), else, for a panel ordered, the one of its tests the case has."""
         for entries in (self._entries, None):
             if entries is None:  # the case's names the vocabulary lacks, taken by embedding, only when needed
                 if all(entry is not None for entry in self._entries):
                     return None
                 entries = self._embedded_entries()
-            for candidate, entry in zip(self.tests, entries, strict=True):
+            tests = [(candidate, entry) for candidate, entry in zip(self.tests, entries, strict=True)
+                     if entry is not None]
+            for candidate, entry in tests:
                 if entry == wanted:
                     return candidate
             if entries is self._entries:
-                for candidate, entry in zip(self.components, self._component_entries, strict=True):
-                    if entry == wanted and _same_specimen(request, candidate):
+                for candidate, line_entry in zip(self.components, self._component_entries, strict=True):
+                    if line_entry == wanted and _same_specimen(request, candidate):
                         return candidate
-            for candidate, entry in zip(self.tests, entries, strict=True):
-                if entry is not None and (self.catalog.reports(entry, wanted) or
-                                          wanted.name in self.catalog.parts(entry)):
+            for candidate, entry in tests:
+                if self.catalog.holds(entry, wanted) and (
+                        self.catalog.parts(wanted) or not self._has_lines(candidate.label)):
+                    return candidate
+            for candidate, entry in tests:
+                if entry.name in self.catalog.parts(wanted):
                     return candidate
         return None
+
+    def _has_lines(self, test: str) -> bool:
+        return any(component.parent == test for component in self.components)
 
     def _embedded_entries(self) -> list[CatalogEntry | None]:
         """The case's test names as catalogue tests, those the vocabulary lacks taken by embedding (at the
@@ -413,7 +429,7 @@ class OfflineGatekeeper:
             if float(scores[row]) < self.test_threshold:
                 break
             candidate, known = candidates[among[row]], entries[among[row]]
-            if wanted is not None and known is not None and not self.catalog.reports(known, wanted):
+            if wanted is not None and known is not None and not self.catalog.holds(known, wanted):
                 continue  # two different catalogue tests (chest X-ray is not chest CT)
             label_modalities = modalities(candidate.label) | modalities(candidate.parent or "")
             if request_modalities != label_modalities and (request_modalities or label_modalities):
