@@ -58,6 +58,7 @@ from medeval_core.benchmarks.sdbench.costing import (
 from medeval_core.benchmarks.sdbench.gatekeeper import (
     CaseEnvironment,
     Gatekeeper,
+    Interpretation,
     LLMGatekeeper,
     OfflineGatekeeper,
     Reply,
@@ -96,6 +97,9 @@ class SDBenchParams(RunParams):
     agent: Literal["llm", "replay", "person"] = Field(description="llm (the tag baseline) or replay (--actions)")
     actions: str | None = Field(default=None, description="JSON Lines of actions to replay (--agent replay)")
     gatekeeper: Literal["llm", "offline"] = "offline"
+    interpretation: Interpretation = Field(
+        default="withhold", description="withhold (the paper's rule) or keep the interpretive clauses of real "
+                                        "results that name the case's diagnosis")
     judge: Literal["llm", "offline"] = "offline"
     prices: str = Field(description="price table CSV of code and price (absolute path)")
     split: str | None = Field(default=None, description="only the cases of this split")
@@ -125,6 +129,8 @@ class SDBenchOutput(BaseModel):
     tests: int = 0
     visits: int = 0
     sources: dict[str, int] = Field(default_factory=dict)
+    withheld: int = 0
+    """Interpretive clauses naming the diagnosis withheld from the gatekeeper's answers."""
     cost: float = 0.0
     agent: str = ""
     gatekeeper: str = ""
@@ -158,6 +164,7 @@ def output_of(environment: CaseEnvironment, agent: str, incomplete_reason: str |
         questions=sum(len(t.items) for t in turns if t.kind == "questions"),
         tests=sum(len(t.items) for t in turns if t.kind == "tests"),
         visits=sum(1 for _, reply in environment.history if reply.visit_charged), sources=sources,
+        withheld=sum(len(a.withheld) for _, reply in environment.history for a in reply.answers),
         cost=round(sum(t.cost for t in turns), 2), agent=agent, gatekeeper=environment.gatekeeper.name,
     )
 
@@ -239,8 +246,8 @@ def build_gatekeeper(kind: str, case: SDBenchCase, res: Resources, ctx: CaseCont
     if kind == "llm":
         return LLMGatekeeper(case, ctx.model(GATEKEEPER_ROLE),
                              load_prompt("sdbench_gatekeeper_system", res.settings.prompts_dir),
-                             on_call=ctx.record_model_call)
-    return OfflineGatekeeper(case, res.catalog)
+                             on_call=ctx.record_model_call, interpretation=res.params.interpretation)
+    return OfflineGatekeeper(case, res.catalog, interpretation=res.params.interpretation)
 
 
 class EpisodeSolver:
@@ -445,6 +452,10 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
                                    n=total, denominator="gatekeeper answers (questions and tests)"))
         groups = self._split_groups(complete)
         notes = []
+        withheld = sum(int(r.output.get("withheld") or 0) for r in finished)
+        if withheld:
+            notes.append(f"{withheld} interpretive clause(s) naming the diagnosis were withheld from the gatekeeper's "
+                         f"real results (interpretation={params.interpretation}).")
         if incomplete:
             notes.append(f"{len(incomplete)} case(s) ended without a diagnosis (incomplete) and are kept out of "
                          "accuracy and cost.")
@@ -453,6 +464,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
                          "retry them.")
         reps = {r.repetition for r in results}
         extras = {"agent": params.agent, "gatekeeper": params.gatekeeper, "judge": params.judge,
+                  "interpretation": params.interpretation, "withheld_clauses": withheld,
                   "errored": counts.failed, "incomplete": len(incomplete), "completed": len(complete),
                   "repetitions_seen": len(reps),
                   "answers": {key: sum(int(r.output.get("sources", {}).get(key, 0)) for r in complete)

@@ -48,6 +48,9 @@ class SDBenchCli(BenchmarkCli):
         parser.add_argument("--actions", type=Path, help="JSON Lines of actions per case (--agent replay)")
         parser.add_argument("--gatekeeper", choices=("llm", "offline"),
                             help="default: llm when a model serves the gatekeeper role, else offline")
+        parser.add_argument("--interpretation", choices=("withhold", "keep"), default="withhold",
+                            help="withhold (default, the paper's rule) or keep the interpretive clauses of real "
+                                 "results that name the case's diagnosis; recorded with the run")
         parser.add_argument("--judge", choices=("llm", "offline"),
                             help="default: llm when a model serves the sdbench-judge role, else offline")
         parser.add_argument("--prices", type=Path,
@@ -87,7 +90,8 @@ class SDBenchCli(BenchmarkCli):
         prices = _existing(args.prices, "a price table CSV") or str(default_prices(settings).resolve())
         return SDBenchParams(
             cases=_existing(args.cases, "an SDBench case file") or "", agent=args.agent,
-            actions=_existing(args.actions, "an actions JSON Lines file"), gatekeeper=gatekeeper, judge=judge,
+            actions=_existing(args.actions, "an actions JSON Lines file"), gatekeeper=gatekeeper,
+            interpretation=args.interpretation, judge=judge,
             prices=prices, split=args.split, limit=args.limit, case_ids=args.case_ids, max_turns=args.max_turns,
             max_cost=args.max_cost, model_args=_json_object(args.model_args, "--model-args"), models=models,
             repetitions=args.repetitions, **({"workers": args.workers} if args.workers else {}))

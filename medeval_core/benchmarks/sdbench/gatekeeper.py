@@ -2,17 +2,24 @@
 
 The gatekeeper answers each question or test order of a turn from the case, as chart text:
 - *offline* (the default when no chat model serves the ``gatekeeper`` role), for structured cases: an order is
-  matched to the case's tests (same name or catalogue alias, a panel's component, a name the catalogue lacks taken
-  for a catalogue test by embedding, or sentence-embedding similarity to the case's test names above a threshold,
-  never across imaging modalities or between two different catalogue tests) and
-  answered with the case's own text: REAL; a test the case lacks gets the catalogue's normal-range result:
-  SYNTHETIC. A question is matched to the history and examination sentences the same way.
+  answered with the case's own text (REAL) when it is the case's test by name; or when the catalogue's vocabulary
+  names the catalogue test it means ("roentgenogram of the thorax", "TSH and free T4") and the case has that test,
+  a line of a panel for it on the same specimen, or a panel that holds it; these need no sentence encoding. An order
+  the vocabulary does not name is encoded (a turn's together) and taken for the most similar catalogue test, or
+  case test name, above a threshold, never across imaging modalities or specimens or between two different catalogue
+  tests. A test the case lacks gets the catalogue's normal-range result: SYNTHETIC. A question is matched to the
+  history and examination sentences the same way.
 - *LLM*: the chat model reads the full case under the ``sdbench_gatekeeper_system`` prompt (the paper's rules) and
   returns one JSON result per request with its source; the agent sees only the rendered results.
 Both refuse vague orders ("blood work", "all labs"): REFUSED. Every answer is stored with its source and what it
 matched (the turn's provenance); the agent sees a numbered ``Test Results:`` (or ``Answers:``) block only.
-Interpretive clauses that name the case's diagnosis ("..., consistent with Hirschsprung disease") are withheld
-from a real result: the gatekeeper reports findings, it never interprets, and the diagnosis never reaches the agent.
+What is withheld (``interpretation="withhold"``, the default; ``"keep"`` returns results as written, and a run
+records which): from a real result, an interpretive clause (one of ``INTERPRETIVE_PHRASES`` to the end of its
+sentence: "..., consistent with / supportive of / hinting at Hirschsprung disease") and an
+Interpretation/Impression/Diagnosis/Conclusion/Assessment line, when it names the case's diagnosis; from an answer
+to a question, also any sentence that names it. What is returned: every finding as the case states it, including
+a result whose finding is the diagnosis ("Skin biopsy: basal cell carcinoma"): the agent ordered the test that shows
+it. The gatekeeper reports findings; it never interprets them.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from medeval_core.benchmarks.sdbench.cases import SDBenchCase
 from medeval_core.benchmarks.sdbench.catalog import (
+    CatalogEntry,
     TestCatalog,
     embed,
     guess_kind,
@@ -38,6 +46,9 @@ from medeval_core.benchmarks.sdbench.costing import VISIT_PRICE, Pricer, TestPri
 from medeval_core.interaction import EpisodeError, Step
 
 Source = Literal["REAL", "SYNTHETIC", "REFUSED"]
+Interpretation = Literal["withhold", "keep"]
+"""What a real result's interpretive clauses that name the case's diagnosis become: withheld (the default and
+the paper's rule) or kept (to measure what the rule changes); a run records its choice."""
 TEST_THRESHOLD = 0.72
 """Cosine similarity at or above which an ordered test is taken for one of the case's tests by name alone (when
 no catalogue entry decides); on the shared cases it matches no absent test (bench/sdbench_gatekeeper_bench.py)."""
@@ -58,11 +69,26 @@ REFUSAL = "Please order a specific test; '{request}' does not name one."
 _EXAM_WORDS = re.compile(r"\b(exam\w*|auscultat\w*|palpat\w*|inspect\w*|percuss\w*|vital\w*|temperature|pulse|"
                          r"blood pressure|heart rate|respiratory rate|oxygen saturation|reflex\w*|murmur\w*|"
                          r"tender\w*|look at|listen)\b", re.I)
+# The phrases that tie findings to a disease (an interpretation, not a finding); a clause from one of them to the end
+# of its sentence is withheld when it names the case's diagnosis. "Biopsy: squamous cell carcinoma" states a finding
+# and stays; "..., consistent with squamous cell carcinoma" interprets one and goes.
+INTERPRETIVE_PHRASES = (
+    "consistent with", "compatible with", "in keeping with", "in line with", "supportive of", "supporting",
+    "supports", "suggestive of", "suggesting", "suggests", "indicative of", "indicating", "indicates",
+    "diagnostic of", "diagnostic for", "characteristic of", "typical of", "classic for", "classic of",
+    "pathognomonic of", "pathognomonic for", "confirming the diagnosis of", "confirming", "confirms", "confirmed",
+    "confirmatory of", "confirmatory for", "confirmatory findings of", "confirmatory findings for", "representing",
+    "represents", "most likely", "likely", "probable", "probably", "possibly", "hinting at", "hints at",
+    "pointing to", "points to", "pointing towards", "pointing toward", "concerning for", "worrisome for",
+    "suspicious for", "raising concern for", "raising suspicion for", "in favour of", "in favor of", "favouring",
+    "favoring", "reflecting", "reflects", "attributable to", "secondary to", "due to", "caused by",
+    "associated with", "as seen in", "seen in", "in the setting of", "the diagnosis of", "diagnosis of",
+)
 _INTERPRETATION = re.compile(
-    r"[,;]?\s*(?:which\s+(?:is|are)\s+|and\s+|these\s+findings\s+are\s+|findings\s+)?(?:highly\s+)?"
-    r"(?:consistent\s+with|compatible\s+with|suggestive\s+of|suggesting|indicative\s+of|indicating|diagnostic\s+of|"
-    r"in\s+keeping\s+with|characteristic\s+of|typical\s+of|associated\s+with|confirming(?:\s+the\s+diagnosis\s+of)?|"
-    r"confirmatory\s+(?:findings\s+)?(?:of|for)|pathognomonic\s+(?:of|for)|representing)\b[^.;\n]*",
+    r"[,;:]?\s*(?:which\s+(?:is|are|was|were)\s+|that\s+(?:is|are)\s+|and\s+|these\s+findings\s+are\s+|"
+    r"(?:the\s+)?findings?\s+(?:are\s+|is\s+)?)?(?:(?:highly|strongly|most|very|more|quite|most\s+likely)\s+)?"
+    r"\b(?:" + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in sorted(INTERPRETIVE_PHRASES, key=len,
+                                                                         reverse=True)) + r")\b[^.;\n]*",
     re.I)
 
 
@@ -134,21 +160,37 @@ def render(kind: str, answers: Sequence[Answer]) -> str:
     return "\n".join(lines)
 
 
+def diagnosis_names(diagnosis: str) -> list[set[str]]:
+    """The word sets that name ``diagnosis``: its words longer than three letters, any abbreviation it gives in
+    parentheses ("... encephalopathy (PML)"), and its initials when they are three letters or more ("AML")."""
+    main = re.sub(r"\([^()]*\)", " ", diagnosis)
+    names = [{w for w in plain(main).split() if len(w) > 3}]
+    names += [set(plain(abbreviation).split()) for abbreviation in re.findall(r"\(([^()]+)\)", diagnosis)]
+    initials = "".join(word[0] for word in plain(main).split() if word not in ("of", "the", "and", "with"))
+    if len(initials) >= 3:
+        names.append({initials})
+    return [name for name in names if name]
+
+
+def names_diagnosis(text: str, diagnosis: str, share: float = 1.0) -> bool:
+    """Whether ``text`` names ``diagnosis``: holds at least ``share`` of the words of one of its names."""
+    words = set(plain(text).split())
+    return any(len(name & words) >= share * len(name) for name in diagnosis_names(diagnosis))
+
+
 def withhold_interpretation(text: str, diagnosis: str) -> tuple[str, list[str]]:
-    """``text`` without the interpretive clauses and interpretation lines that name ``diagnosis`` (what was
-    removed is returned for the record)."""
-    # The diagnosis and any abbreviation it gives in parentheses ("... encephalopathy (PML)") are each a name.
-    names = [re.sub(r"\([^()]*\)", " ", diagnosis), *re.findall(r"\(([^()]+)\)", diagnosis)]
-    name_words = [{w for w in plain(name).split() if len(w) > 3 or name != names[0]} for name in names]
+    """``text`` without the interpretive clauses (``INTERPRETIVE_PHRASES`` to the end of the sentence) and the
+    interpretation lines that name ``diagnosis``, half of a name's words being enough (what was removed is
+    returned for the record)."""
 
     def names_it(fragment: str) -> bool:
-        words = set(plain(fragment).split())
-        return any(wanted and len(wanted & words) >= len(wanted) / 2 for wanted in name_words)
+        return names_diagnosis(fragment, diagnosis, share=0.5)
 
     removed: list[str] = []
     kept_lines = []
     for line in text.splitlines():
-        if re.match(r"\s*(interpretation|impression|diagnosis|conclusion)\s*:", line, re.I) and names_it(line):
+        if re.match(r"\s*(interpretation|impression|diagnosis|conclusion|assessment)\s*:", line, re.I) and \
+                names_it(line):
             removed.append(line.strip())
             continue
 
@@ -184,6 +226,22 @@ class _Candidate(BaseModel):
     parent: str | None = None
 
 
+_SPECIMENS = {"urine": r"urin\w*|ua|dipstick|micturition", "csf": r"csf|cerebrospinal|spinal fluid|lumbar puncture",
+              "synovial": r"synovial|joint fluid|joint aspirat\w*|arthrocentesis", "stool": r"stool|fec\w*|faec\w*",
+              "pleural": r"pleural|thoracentesis", "peritoneal": r"ascit\w*|peritoneal|paracentesis",
+              "sputum": r"sputum", "sweat": r"sweat"}
+
+
+def _specimens(text: str) -> frozenset[str]:
+    """The non-blood specimens a name mentions (a test without one is on blood or serum)."""
+    words = plain(text)
+    return frozenset(name for name, pattern in _SPECIMENS.items() if re.search(rf"\b(?:{pattern})\b", words))
+
+
+def _same_specimen(request: str, candidate: _Candidate) -> bool:
+    return _specimens(request) == _specimens(f"{candidate.parent or ''} {candidate.label}")
+
+
 def _panel_components(name: str, text: str) -> list[_Candidate]:
     """A panel's ``label: value`` lines as candidates of their own (``Hemoglobin`` inside a blood count)."""
     lines = [line for line in text.splitlines() if ":" in line]
@@ -200,7 +258,8 @@ class OfflineGatekeeper:
 
     def __init__(self, case: SDBenchCase, catalog: TestCatalog, test_threshold: float = TEST_THRESHOLD,
                  question_threshold: float = QUESTION_THRESHOLD,
-                 catalog_threshold: float = CATALOG_HOP_THRESHOLD) -> None:
+                 catalog_threshold: float = CATALOG_HOP_THRESHOLD,
+                 interpretation: Interpretation = "withhold") -> None:
         if case.findings is None:
             raise EpisodeError(f"Case {case.case_id} has no structured findings, so the offline gatekeeper cannot "
                                "answer it; run it with --gatekeeper llm.")
@@ -209,6 +268,7 @@ class OfflineGatekeeper:
         self.test_threshold = test_threshold
         self.question_threshold = question_threshold
         self.catalog_threshold = catalog_threshold
+        self.interpretation = interpretation
         findings = case.findings
         self.tests = [_Candidate(label=name, text=text) for name, text in findings.tests.items()]
         self.components = [c for name, text in findings.tests.items() for c in _panel_components(name, text)]
@@ -217,31 +277,34 @@ class OfflineGatekeeper:
             for area, entries in (("history", findings.history), ("examination", findings.examination))
             for section, text in entries.items() for sentence in _sentences(text)
         ]
+        # Each test's and panel line's catalogue entry, looked up once per case (None: a name the catalogue lacks).
+        self._entries = [catalog.exact(candidate.label) for candidate in self.tests]
+        self._component_entries = [catalog.exact(candidate.label) for candidate in self.components]
+        self._entries_by_embedding: list[CatalogEntry | None] | None = None
         self._test_index: Any = None
         self._sentence_index: Any = None
 
     def describe(self) -> dict[str, Any]:
         return {"gatekeeper": self.name, "test_threshold": self.test_threshold,
                 "question_threshold": self.question_threshold, "catalog_threshold": self.catalog_threshold,
-                "catalog_entries": len(self.catalog)}
+                "catalog_entries": len(self.catalog), "interpretation": self.interpretation}
 
     def answer(self, kind: Literal["questions", "tests"], requests: Sequence[str]) -> list[Answer]:
         if kind == "questions":
             return [self._question(request) for request in requests]
-        # One encoder call per turn: requests that need the embedding fallback are encoded together.
-        answers: list[Answer | None] = [self._exact_test(request) for request in requests]
+        answers = [self._by_name(request) for request in requests]
+        # Only orders that neither the case's names nor the vocabulary decide are encoded: together, in one call.
         pending = [i for i, found in enumerate(answers) if found is None]
-        vectors = embed([requests[i] for i in pending]) if pending and (self.tests or self.components) else None
+        vectors = embed([self.catalog.vocabulary.rewritten(requests[i]) for i in pending]) if pending else None
         for row, i in enumerate(pending):
-            request = requests[i]
-            vector = None if vectors is None else vectors[row]
-            answers[i] = self._via_catalog(request) or self._similar(request, vector) or self._synthetic(request)
+            assert vectors is not None
+            answers[i] = self._by_meaning(requests[i], vectors[row])
         return [answer for answer in answers if answer is not None]
 
     # Tests -----------------------------------------------------------------------------------------------------
 
     def _real(self, request: str, candidate: _Candidate, similarity: float | None = None) -> Answer:
-        text, withheld = withhold_interpretation(candidate.text, self.case.final_diagnosis)
+        text, withheld = self._withhold(candidate.text)
         if candidate.parent is not None and candidate.parent not in ("history", "examination"):
             matched = f"{candidate.parent}: {candidate.label}"
         else:
@@ -249,69 +312,137 @@ class OfflineGatekeeper:
         return Answer(request=request, text=text, source="REAL", matched=matched,
                       similarity=None if similarity is None else round(similarity, 4), withheld=withheld)
 
-    def _exact_test(self, request: str) -> Answer | None:
-        """The answer found without embeddings: the same name, a refusal, or the same catalogue test."""
+    def _withhold(self, text: str) -> tuple[str, list[str]]:
+        if self.interpretation == "keep":
+            return text, []
+        return withhold_interpretation(text, self.case.final_diagnosis)
+
+    def _told(self, text: str) -> tuple[str, list[str]]:
+        """History or examination ``text`` as the answer to a question: without the sentences that name the case's
+        diagnosis (all the words of one of its names) and without interpretive clauses naming it."""
+        if self.interpretation == "keep":
+            return text, []
+        sentences = _sentences(text)
+        removed = [s for s in sentences if names_diagnosis(s, self.case.final_diagnosis)]
+        kept, withheld = self._withhold(" ".join(s for s in sentences if s not in removed))
+        return (kept if kept.strip() else ""), removed + withheld
+
+    def _by_name(self, request: str) -> Answer | None:
+        """The answer found without encoding the order: the case's own name, a refusal, or, for an order the
+        vocabulary names, the case's result of that test or that test's normal result."""
         key = name_key(request)
-        for group in (self.tests, self.components):
-            for candidate in group:
-                if name_key(candidate.label) == key:
-                    return self._real(request, candidate)
+        for candidate in self.tests:
+            if name_key(candidate.label) == key:
+                return self._real(request, candidate)
+        for candidate in self.components:
+            if name_key(candidate.label) == key and _same_specimen(request, candidate):
+                return self._real(request, candidate)
         if is_vague(request):
             return Answer(request=request, text=REFUSAL.format(request=request), source="REFUSED")
-        wanted = self.catalog.exact(request)
-        if wanted is not None:
-            for group in (self.tests, self.components):
-                for candidate in group:
-                    if self.catalog.exact(candidate.label) == wanted:
-                        return self._real(request, candidate)
+        wanted = self.catalog.resolve(request)
+        return None if wanted is None else self._for_test(request, wanted)
+
+    def _by_meaning(self, request: str, vector: Any) -> Answer:
+        """An order the vocabulary does not name: the catalogue test it is most like (at the catalogue
+        threshold), else the case's test most like it (at the test threshold), else a normal result."""
+        via = self.catalog.match(request, threshold=self.catalog_threshold, vector=vector)
+        if via is not None:
+            return self._for_test(request, via.entry, via.similarity)
+        candidates = list(range(len(self.tests) + len(self.components)))
+        found = self._similar(request, candidates, vector[None, :], None)
+        if found is not None:
+            return found
+        match = self.catalog.match(request, vector=vector)
+        if match is not None:
+            return self._catalog_normal(request, match.entry, round(match.similarity, 4))
+        return Answer(request=request, text=GENERIC_NORMAL[guess_kind(request)], source="SYNTHETIC")
+
+    def _for_test(self, request: str, wanted: CatalogEntry, similarity: float | None = None) -> Answer:
+        """The case's result of catalogue test ``wanted``, else its normal result (SYNTHETIC)."""
+        found = self._reporting(request, wanted)
+        if found is not None:
+            return self._real(request, found, similarity)
+        # A case name no catalogue name decides (a panel line "Cytospin...", a test "Serology") may still be it.
+        unknown = [i for i, entry in enumerate(self._entries + self._component_entries) if entry is None]
+        answer = self._similar(request, unknown, self.catalog.name_vectors(wanted), wanted) if unknown else None
+        return answer or self._catalog_normal(request, wanted, similarity)
+
+    def _reporting(self, request: str, wanted: CatalogEntry) -> _Candidate | None:
+        """The case's result of catalogue test ``wanted``: a test of that name, else a line of a panel for that
+        test from the same specimen (a urinalysis's "Glucose" is not blood glucose), else a panel that holds it
+        (a metabolic panel for electrolytes; a CBC written as prose for haemoglobin, not one whose lines lack
+        it), else, for a panel ordered, the one of its tests the case has."""
+        for entries in (self._entries, None):
+            if entries is None:  # the case's names the vocabulary lacks, taken by embedding, only when needed
+                if all(entry is not None for entry in self._entries):
+                    return None
+                entries = self._embedded_entries()
+            tests = [(candidate, entry) for candidate, entry in zip(self.tests, entries, strict=True)
+                     if entry is not None]
+            for candidate, entry in tests:
+                if entry == wanted:
+                    return candidate
+            if entries is self._entries:
+                for candidate, line_entry in zip(self.components, self._component_entries, strict=True):
+                    if line_entry == wanted and _same_specimen(request, candidate):
+                        return candidate
+            for candidate, entry in tests:
+                if self.catalog.holds(entry, wanted) and (
+                        self.catalog.parts(wanted) or not self._has_lines(candidate.label)):
+                    return candidate
+            for candidate, entry in tests:
+                if entry.name in self.catalog.parts(wanted):
+                    return candidate
         return None
 
-    def _via_catalog(self, request: str) -> Answer | None:
-        """A name the catalogue lacks, taken for a catalogue test by embedding, that the case has under another
-        of that test's names ("full blood picture" -> complete blood count -> the case's "CBC")."""
-        if self.catalog.exact(request) is not None:
-            return None
-        via = self.catalog.match(request, threshold=self.catalog_threshold)
-        if via is None:
-            return None
-        for group in (self.tests, self.components):
-            for candidate in group:
-                if self.catalog.exact(candidate.label) == via.entry:
-                    return self._real(request, candidate, via.similarity)
-        return None
+    def _has_lines(self, test: str) -> bool:
+        return any(component.parent == test for component in self.components)
 
-    def _similar(self, request: str, vector: Any = None) -> Answer | None:
-        wanted = self.catalog.exact(request)
-        if wanted is None:
-            via = self.catalog.match(request, threshold=self.catalog_threshold)
-            wanted = via.entry if via is not None else None
+    def _embedded_entries(self) -> list[CatalogEntry | None]:
+        """The case's test names as catalogue tests, those the vocabulary lacks taken by embedding (at the
+        catalogue threshold, same modality): "Hematologic" is the blood count. Once per case, on first need."""
+        if self._entries_by_embedding is None:
+            unknown = [i for i, entry in enumerate(self._entries) if entry is None]
+            vectors = embed([self.catalog.vocabulary.rewritten(self.tests[i].label) for i in unknown])
+            entries = list(self._entries)
+            for row, i in enumerate(unknown):
+                match = self.catalog.match(self.tests[i].label, threshold=self.catalog_threshold,
+                                           vector=vectors[row])
+                entries[i] = None if match is None else match.entry
+            self._entries_by_embedding = entries
+        return self._entries_by_embedding
+
+    def _similar(self, request: str, among: Sequence[int], queries: Any,
+                 wanted: CatalogEntry | None) -> Answer | None:
+        """The case's test (or panel line) in ``among`` whose name is most like any of ``queries`` (unit
+        vectors: the order's, or the catalogue names of the test it names), at or above the test threshold;
+        never a known different test, another imaging modality or another specimen."""
         candidates = self.tests + self.components
-        if not candidates:
+        if not among or not candidates:
             return None
         if self._test_index is None:
             self._test_index = embed([c.label for c in candidates])
-        scores = self._test_index @ (vector if vector is not None else embed([request])[0])
+        scores = (self._test_index[list(among)] @ queries.T).max(axis=1)
+        entries = self._entries + self._component_entries
         request_modalities = modalities(request)
-        ranked = sorted(range(len(candidates)), key=lambda i: -float(scores[i]))[:5]
-        for index in ranked:
-            if float(scores[index]) < self.test_threshold:
+        for row in sorted(range(len(among)), key=lambda r: -float(scores[r]))[:5]:
+            if float(scores[row]) < self.test_threshold:
                 break
-            candidate = candidates[index]
-            known = self.catalog.exact(candidate.label)
-            if wanted is not None and known is not None and known != wanted:
+            candidate, known = candidates[among[row]], entries[among[row]]
+            if wanted is not None and known is not None and not self.catalog.holds(known, wanted):
                 continue  # two different catalogue tests (chest X-ray is not chest CT)
             label_modalities = modalities(candidate.label) | modalities(candidate.parent or "")
             if request_modalities != label_modalities and (request_modalities or label_modalities):
                 continue
-            return self._real(request, candidate, float(scores[index]))
+            if not _same_specimen(request, candidate):
+                continue
+            return self._real(request, candidate, float(scores[row]))
         return None
 
-    def _synthetic(self, request: str) -> Answer:
-        match = self.catalog.match(request)
-        if match is not None:
-            return Answer(request=request, text=match.entry.normal, source="SYNTHETIC", matched=match.entry.name,
-                          similarity=None if match.method == "alias" else round(match.similarity, 4))
-        return Answer(request=request, text=GENERIC_NORMAL[guess_kind(request)], source="SYNTHETIC")
+    @staticmethod
+    def _catalog_normal(request: str, entry: CatalogEntry, similarity: float | None = None) -> Answer:
+        return Answer(request=request, text=entry.normal, source="SYNTHETIC", matched=entry.name,
+                      similarity=None if similarity is None else round(similarity, 4))
 
     # Questions ---------------------------------------------------------------------------------------------------
 
@@ -322,7 +453,9 @@ class OfflineGatekeeper:
             if pattern.search(request):
                 for name in names:
                     if name in sections:
-                        return self._real(request, _Candidate(label=name, text=sections[name], parent="history"))
+                        text, withheld = self._told(sections[name])
+                        return Answer(request=request, text=text or NOT_REPORTED, source="REAL", matched=name,
+                                      withheld=withheld)
         if not self.sentences:
             return Answer(request=request, text=NOT_REPORTED, source="SYNTHETIC")
         if self._sentence_index is None:
@@ -335,12 +468,8 @@ class OfflineGatekeeper:
             text = EXAM_NORMAL if _EXAM_WORDS.search(request) else NOT_REPORTED
             return Answer(request=request, text=text, source="SYNTHETIC")
         chosen = sorted(found, key=lambda match: match.index)
-        texts, withheld = [], []
-        for match in chosen:
-            text, removed = withhold_interpretation(self.sentences[match.index].text, self.case.final_diagnosis)
-            texts.append(text)
-            withheld += removed
-        return Answer(request=request, text=" ".join(texts), source="REAL",
+        text, withheld = self._told(" ".join(self.sentences[match.index].text for match in chosen))
+        return Answer(request=request, text=text or NOT_REPORTED, source="REAL",
                       matched="; ".join(self.sentences[m.index].label for m in chosen),
                       similarity=round(max(m.similarity for m in chosen), 4), withheld=withheld)
 
@@ -358,10 +487,12 @@ class LLMGatekeeper:
     name = "llm"
 
     def __init__(self, case: SDBenchCase, backend: Any, system_template: str,
-                 on_call: Callable[[Any], None] | None = None, max_invalid: int = 1) -> None:
+                 on_call: Callable[[Any], None] | None = None, max_invalid: int = 1,
+                 interpretation: Interpretation = "withhold") -> None:
         from medeval_core.prompts import fill
 
         self.case = case
+        self.interpretation = interpretation
         self.backend = backend
         self.on_call = on_call
         self.max_invalid = max_invalid
@@ -369,7 +500,7 @@ class LLMGatekeeper:
             {"role": "system", "content": fill(system_template, case=case.full_text)}]
 
     def describe(self) -> dict[str, Any]:
-        return {"gatekeeper": self.name, **self.backend.describe()}
+        return {"gatekeeper": self.name, "interpretation": self.interpretation, **self.backend.describe()}
 
     def answer(self, kind: Literal["questions", "tests"], requests: Sequence[str]) -> list[Answer]:
         refused = {i: Answer(request=r, text=REFUSAL.format(request=r), source="REFUSED")
@@ -421,7 +552,8 @@ class LLMGatekeeper:
             if source not in ("REAL", "SYNTHETIC", "REFUSED") or not text:
                 raise ValueError('each result needs a non-empty "result" and a "source" of REAL, SYNTHETIC or '
                                  "REFUSED")
-            text, withheld = withhold_interpretation(text, self.case.final_diagnosis)
+            text, withheld = ((text, []) if self.interpretation == "keep"
+                              else withhold_interpretation(text, self.case.final_diagnosis))
             answers.append(Answer(request=request, text=text, source=source, withheld=withheld))  # type: ignore[arg-type]
         return answers
 
