@@ -247,38 +247,69 @@ def test_run_mediq_command_with_replay_and_json(tmp_path, imedqa, isolated_store
 
 
 def mediq_result_line(case, choice, questions, intermediate):
-    """A line as stellalisy/mediQ's mediQ_benchmark.py writes it."""
+    """A line in the layout of stellalisy/mediQ's mediQ_benchmark.py (tests/data/upstream/mediq/ holds real ones)."""
     return {"id": int(case.case_id),
             "info": {"context": " ".join(case.context), "correct_answer": case.answer,
                      "correct_answer_idx": case.answer_idx, "question": case.question, "options": case.options},
-            "interactive_system": {"choice": choice, "questions": questions, "answers": ["..."] * len(questions),
-                                   "num_questions": len(questions), "intermediate_choices": intermediate,
-                                   "correct": choice == case.answer_idx, "temp_additional_info": []}}
+            "interactive_system": {"letter_choice": choice, "questions": questions,
+                                   "answers": ["..."] * len(questions), "num_questions": len(questions),
+                                   "intermediate_choices": intermediate, "correct": choice == case.answer_idx,
+                                   "temp_additional_info": []}}
 
 
 def test_mediq_result_files_are_scored_on_the_same_scorer(tmp_path, imedqa, isolated_store):
     cases = imedqa.cases[:4]
     wrong = {"A": "B", "B": "C", "C": "D", "D": "A"}
-    lines = [mediq_result_line(cases[0], cases[0].answer_idx, ["q1", "q2"], [wrong[cases[0].answer_idx],
-                                                                          cases[0].answer_idx]),
-             mediq_result_line(cases[1], wrong[cases[1].answer_idx], ["q"] * 10, [cases[1].answer_idx]),
-             mediq_result_line(cases[2], cases[2].answer_idx, [], [cases[2].answer_idx]),
+    truth = [case.answer_idx for case in cases]
+    lines = [mediq_result_line(cases[0], truth[0], ["q1", "q2"], [wrong[truth[0]], truth[0], truth[0]]),
+             mediq_result_line(cases[1], wrong[truth[1]], ["q"] * 10, [truth[1]] * 10 + [wrong[truth[1]]]),
+             mediq_result_line(cases[2], truth[2], [], [truth[2]]),
              mediq_result_line(cases[3], None, ["q"], [])]
     path = tmp_path / "mediq_out.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    scores = score_result_file(path)
+    scores = score_result_file(path, max_questions=10)
     assert [s.correct for s in scores] == [True, False, True, False]
     assert [s.timed_out for s in scores] == [False, True, False, False]
     assert [s.initial_correct for s in scores] == [False, True, True, None]
-    done = _cli("score", "mediq", "--results", str(path), "--json", env_db=isolated_store)
+    done = _cli("score", "mediq", "--results", str(path), "--max-questions", "10", "--json", env_db=isolated_store)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"accuracy": 0.5, "Ave-Q": 3.25, "timeout rate": 0.25,
+    assert json.loads(done.stdout) == {"accuracy": 0.5, "Ave-Q": 3.25, "timeout rate": 0.25, "Avg. Turns": 3.75,
                                        "accuracy without asking": pytest.approx(2 / 3), "n": 4}
     text = _cli("score", "mediq", "--results", str(path), "--cases", imedqa.path, env_db=isolated_store)
     assert "accuracy" in text.stdout and "95% CI" in text.stdout
     path.write_text(path.read_text() + json.dumps(lines[0]) + "\n", encoding="utf-8")
     refused = _cli("score", "mediq", "--results", str(path), env_db=isolated_store)
     assert refused.returncode == 2 and "line 5: case 3 is scored on an earlier line" in refused.stderr
+    evaluate_py_layout = {**lines[0], "interactive_system": {"choice": truth[0], "questions": []}}
+    path.write_text(json.dumps(evaluate_py_layout) + "\n", encoding="utf-8")
+    refused = _cli("score", "mediq", "--results", str(path), env_db=isolated_store)
+    assert refused.returncode == 2 and 'has no "letter_choice"' in refused.stderr
+
+
+UPSTREAM_MEDIQ = Path(__file__).parent / "data" / "upstream" / "mediq"
+
+
+def printed_by_mediq() -> dict[str, float]:
+    """The figures MediQ's mediQ_benchmark.py printed for its own file ("Accuracy: 12 / 30 = 0.4", ...)."""
+    figures = {}
+    for line in (UPSTREAM_MEDIQ / "printed_by_mediq.txt").read_text(encoding="utf-8").splitlines():
+        name, printed = line.split(": ", 1)
+        figures[name] = float(printed.rsplit(" ", 1)[-1])
+    return figures
+
+
+def test_a_file_written_by_mediqs_own_benchmark_scores_as_mediq_printed_it(isolated_store):
+    printed = printed_by_mediq()
+    assert set(printed) == {"Accuracy", "Timeout Rate", "Avg. Turns"}
+    done = _cli("score", "mediq", "--results", str(UPSTREAM_MEDIQ / "results_imedqa_first30_max5.jsonl"),
+                "--max-questions", "5", "--json", env_db=isolated_store)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["accuracy"] == printed["Accuracy"]
+    assert figures["timeout rate"] == printed["Timeout Rate"]
+    assert figures["Avg. Turns"] == printed["Avg. Turns"]
+    assert figures["Avg. Turns"] == pytest.approx(figures["Ave-Q"] + 1)
+    assert 0 < figures["accuracy"] < 1 and 0 < figures["timeout rate"] < 1
 
 
 def test_llm_roles_are_bound_from_the_settings_and_kept_for_a_resume(imedqa, monkeypatch):
