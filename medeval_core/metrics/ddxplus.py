@@ -8,8 +8,14 @@ Per patient (percentages 0-100):
 - DDR = |GT ∩ P| / |GT|, DDP = |GT ∩ P| / |P|, DDF1 = 2·DDR·DDP / (DDR + DDP); each is 0 when its denominator is.
 - GTPA = the true pathology is in P.
 - GTPA@1 = the top of the prediction is the true pathology, and it is in P. The top is the largest mass; among
-  equal largest masses the one listed first wins, which is what Python's ``max(prediction, key=prediction.get)``
-  and a stable sort by decreasing mass both pick.
+  equal largest masses the official rank decides (``tie_rank``), not the order they are listed in. The official
+  ``compute_metrics`` (mila-iqia/ddxplus, ``code/basd/metrics.py`` and ``code/aarlc/ddxplus_code/metrics.py``)
+  takes ``np.argsort(final_diags)[:, ::-1][:, 0]`` over the pathology index, which is the position of the
+  condition's key in ``sorted(release_conditions.json keys)`` (``sim_utils.load_and_check_data``); with a stable
+  sort, reversed, that is the tied pathology with the highest index. numpy's default argsort is not stable, so
+  the official script's pick among exact ties can vary with the numpy build; medeval takes the stable reading,
+  the same on every machine. A predicted name outside the KB ranks above every pathology (a tie with it is never
+  credited).
 - PER = |inquired ∩ present| / |present| over evidence roots (0 when nothing is present); ``inquired`` includes
   the initial evidence; a root is present when binary and listed, or non-binary with a non-default value.
 - IL = questions asked + 1 (the initial evidence is the first turn).
@@ -20,7 +26,7 @@ Layout, chosen so that 134,529 patients score in milliseconds:
   sorted by decreasing number of entries, slot j holding every patient's j-th listed entry. Each slot is then a
   contiguous prefix of the sorted patients, so one pass over the slots, with whole-array operations only, gives
   each patient's set of kept pathologies (a bitmap: one uint64 word per 64 pathologies) and its top entry
-  (strictly larger masses replace it, so among equal masses the earliest listed stays).
+  (a larger mass, or an equal mass of higher ``tie_rank``, replaces it).
 - |GT ∩ P|, |P| and "true pathology in P" are then bit counts and bit tests; root sets are bitmaps too
   (``pack_roots``), so PER is the bit count of an AND.
 - The ground truth is fixed per patient file: ``GroundTruth.prepare`` thresholds it once (as loading derives the
@@ -30,7 +36,7 @@ Columns at or beyond ``n_pathologies`` are predicted names outside the KB: they 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,11 +136,12 @@ class _Scan:
     kept_other: np.ndarray
     """Kept entries outside the KB, per patient."""
     top_col: np.ndarray
-    """Column of the first entry with the largest mass; -1 without entries."""
+    """Column of the entry with the largest mass, ties to the highest ``tie_rank``; -1 without entries."""
 
 
-def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
-    """One pass over the jagged diagonals: kept-set bitmaps and the top entry of every patient."""
+def _scan(entries: Entries, n_pathologies: int, threshold: float, tie_rank: np.ndarray | None = None) -> _Scan:
+    """One pass over the jagged diagonals: kept-set bitmaps and the top entry of every patient (``tie_rank``:
+    each KB column's rank among equal masses, default the column order)."""
     n = entries.n_patients
     words = max(1, -(-n_pathologies // _BITS))
     highest = max((int(c.max()) for c in entries.slot_col), default=0)
@@ -148,7 +155,11 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
         bit_tables.append(table)
     bits = np.zeros((words, n), dtype=np.uint64)
     other = np.zeros(n, dtype=np.int64)
+    # Columns outside the KB rank above every pathology and tie among themselves (the first listed stays).
+    ranks = np.full(width, n_pathologies, dtype=np.int64)
+    ranks[:n_pathologies] = np.arange(n_pathologies) if tie_rank is None else tie_rank
     best = np.full(n, -np.inf)
+    best_rank = np.full(n, -1, dtype=np.int64)
     top = np.full(n, -1, dtype=np.int64)
     for col, mass in zip(entries.slot_col, entries.slot_mass, strict=True):
         span = len(col)
@@ -158,8 +169,10 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
             bits[word, :span] |= bit_tables[word].take(lookup)
         if highest >= n_pathologies:
             other[:span] += kept & (col >= n_pathologies)
-        larger = mass > best[:span]
+        rank = ranks.take(col)
+        larger = (mass > best[:span]) | ((mass == best[:span]) & (rank > best_rank[:span]))
         np.copyto(top[:span], col, where=larger)
+        np.copyto(best_rank[:span], rank, where=larger)
         np.maximum(best[:span], mass, out=best[:span])
     # Back from the jagged-diagonal order to patient order.
     out_bits = np.empty_like(bits)
@@ -192,10 +205,12 @@ class GroundTruth:
     present_bits: np.ndarray
     n_present: np.ndarray
     threshold: float
+    tie_rank: np.ndarray | None
+    """Each KB column's official rank among equal top masses (``KnowledgeBase.tie_rank``); None: column order."""
 
     @classmethod
     def prepare(cls, n_pathologies: int, gt: Entries, pathology: np.ndarray, present: Any,
-                threshold: float = THRESHOLD) -> GroundTruth:
+                threshold: float = THRESHOLD, tie_rank: np.ndarray | None = None) -> GroundTruth:
         pathology = np.asarray(pathology, dtype=np.int64)
         if gt.n_patients != len(pathology):
             raise ValueError(f"The ground truth lists {gt.n_patients} patients, the pathologies {len(pathology)}.")
@@ -203,7 +218,8 @@ class GroundTruth:
         present_bits = pack_roots(present)
         return cls(n_pathologies=n_pathologies, pathology=pathology, gt_bits=gt_bits,
                    n_gt=_popcount(gt_bits).astype(np.float64), present_bits=present_bits,
-                   n_present=_popcount(present_bits).astype(np.float64), threshold=threshold)
+                   n_present=_popcount(present_bits).astype(np.float64), threshold=threshold,
+                   tie_rank=None if tie_rank is None else np.asarray(tie_rank, dtype=np.int64))
 
 
 def normalised_masses(bounds: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,7 +242,7 @@ def per_patient(truth: GroundTruth, pred: Entries, inquired: Any, n_questions: n
     n = len(truth.pathology)
     if pred.n_patients != n:
         raise ValueError(f"The predictions cover {pred.n_patients} patients, the ground truth {n}.")
-    scan = _scan(pred, truth.n_pathologies, truth.threshold)
+    scan = _scan(pred, truth.n_pathologies, truth.threshold, truth.tie_rank)
     n_pred = (_popcount(scan.kept_bits) + scan.kept_other).astype(np.float64)
     tp = _popcount(scan.kept_bits & truth.gt_bits).astype(np.float64)
     ddr = _percent(tp, truth.n_gt)
@@ -249,12 +265,14 @@ def patient_metrics(
     present: set[Any],
     inquired: set[Any],
     n_questions: int,
+    tie_rank: Callable[[Any], int],
     threshold: float = THRESHOLD,
 ) -> dict[str, float]:
     """The same metrics for one patient, in plain Python (a consultation's own score costs microseconds).
 
     gt, pred: (pathology, mass) in listing order; present, inquired: root sets, the initial evidence in
-    ``inquired``. ``pred`` is normalised to sum 1 as ``normalised_masses`` does.
+    ``inquired``; tie_rank: a predicted name's rank among equal top masses (``KnowledgeBase.tie_rank_of``).
+    ``pred`` is normalised to sum 1 as ``normalised_masses`` does.
     """
     total = sum(mass for _, mass in pred)
     if total > 0 and abs(total - 1.0) > SUM_TOLERANCE:
@@ -265,11 +283,7 @@ def patient_metrics(
     ddr = tp / len(gt_set) * 100.0 if gt_set else 0.0
     ddp = tp / len(pred_set) * 100.0 if pred_set else 0.0
     ddf1 = 2.0 * ddr * ddp / (ddr + ddp) if ddr + ddp > 0 else 0.0
-    top = None
-    best = -np.inf
-    for name, mass in pred:
-        if mass > best:
-            top, best = name, mass
+    top = max(pred, key=lambda entry: (entry[1], tie_rank(entry[0])))[0] if pred else None
     in_p = pathology in pred_set
     per = len(present & inquired) / len(present) * 100.0 if present else 0.0
     return {"DDR": ddr, "DDP": ddp, "DDF1": ddf1, "GTPA": 100.0 if in_p else 0.0,
