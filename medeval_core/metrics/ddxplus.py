@@ -7,15 +7,16 @@ Per patient (percentages 0-100):
   explicit 0.0 entries and masses of exactly 0.01 are out.
 - DDR = |GT ∩ P| / |GT|, DDP = |GT ∩ P| / |P|, DDF1 = 2·DDR·DDP / (DDR + DDP); each is 0 when its denominator is.
 - GTPA = the true pathology is in P.
-- GTPA@1 = the top of the prediction is the true pathology, and it is in P. The top is the largest mass; among
-  equal largest masses the official rank decides (``tie_rank``), not the order they are listed in. The official
-  ``compute_metrics`` (mila-iqia/ddxplus, ``code/basd/metrics.py`` and ``code/aarlc/ddxplus_code/metrics.py``)
-  takes ``np.argsort(final_diags)[:, ::-1][:, 0]`` over the pathology index, which is the position of the
-  condition's key in ``sorted(release_conditions.json keys)`` (``sim_utils.load_and_check_data``); with a stable
-  sort, reversed, that is the tied pathology with the highest index. numpy's default argsort is not stable, so
-  the official script's pick among exact ties can vary with the numpy build; medeval takes the stable reading,
-  the same on every machine. A predicted name outside the KB ranks above every pathology (a tie with it is never
-  credited).
+- GTPA@1 = the top of the prediction is the true pathology, and it is in P. The top is the largest mass. When
+  several pathologies share it exactly, the top is what the official ``compute_metrics`` (mila-iqia/ddxplus,
+  ``code/basd/metrics.py``, the same in ``code/aarlc``) computes, ``np.argsort(final_diags)[:, ::-1][:, 0]``, on
+  the patient's masses laid out in the official pathology index (the position of each condition's key in the
+  sorted keys of release_conditions.json, ``sim_utils.load_and_check_data``; ``tie_rank`` here) with zeros
+  elsewhere (``official_top``). numpy's default argsort is not stable, so which tied pathology that expression
+  picks depends on the other masses and on numpy's sort, not on a fixed rule (on the shared sample it is the
+  higher index in 14 of 20 crafted two-way ties); evaluating the expression itself is the only way to agree with
+  the official script. The listing order never matters. A predicted name outside the KB that shares the top wins
+  (a tie with it is never credited; the official arrays cannot hold one).
 - PER = |inquired ∩ present| / |present| over evidence roots (0 when nothing is present); ``inquired`` includes
   the initial evidence; a root is present when binary and listed, or non-binary with a non-default value.
 - IL = questions asked + 1 (the initial evidence is the first turn).
@@ -26,7 +27,7 @@ Layout, chosen so that 134,529 patients score in milliseconds:
   sorted by decreasing number of entries, slot j holding every patient's j-th listed entry. Each slot is then a
   contiguous prefix of the sorted patients, so one pass over the slots, with whole-array operations only, gives
   each patient's set of kept pathologies (a bitmap: one uint64 word per 64 pathologies) and its top entry
-  (a larger mass, or an equal mass of higher ``tie_rank``, replaces it).
+  (a larger mass replaces it; patients whose top mass is shared are then settled by ``official_top``).
 - |GT ∩ P|, |P| and "true pathology in P" are then bit counts and bit tests; root sets are bitmaps too
   (``pack_roots``), so PER is the bit count of an AND.
 - The ground truth is fixed per patient file: ``GroundTruth.prepare`` thresholds it once (as loading derives the
@@ -136,12 +137,20 @@ class _Scan:
     kept_other: np.ndarray
     """Kept entries outside the KB, per patient."""
     top_col: np.ndarray
-    """Column of the entry with the largest mass, ties to the highest ``tie_rank``; -1 without entries."""
+    """Column of the first listed entry with the largest mass; -1 without entries."""
+    shared_top: np.ndarray
+    """Whether another entry has that mass too (``_settle_ties`` decides those)."""
 
 
-def _scan(entries: Entries, n_pathologies: int, threshold: float, tie_rank: np.ndarray | None = None) -> _Scan:
-    """One pass over the jagged diagonals: kept-set bitmaps and the top entry of every patient (``tie_rank``:
-    each KB column's rank among equal masses, default the column order)."""
+def official_top(final_diags: np.ndarray) -> np.ndarray:
+    """The official top of each row of a (patients x pathologies) mass matrix in the official pathology index:
+    mila-iqia/ddxplus ``compute_metrics``'s ``np.argsort(final_diags, axis=-1)[:, ::-1][:, 0]``, kept as written
+    (numpy's default sort) because among equal masses only that expression gives the official pick."""
+    return np.argsort(final_diags, axis=-1)[:, ::-1][:, 0]
+
+
+def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
+    """One pass over the jagged diagonals: kept-set bitmaps and the top entry of every patient."""
     n = entries.n_patients
     words = max(1, -(-n_pathologies // _BITS))
     highest = max((int(c.max()) for c in entries.slot_col), default=0)
@@ -155,12 +164,9 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float, tie_rank: np.n
         bit_tables.append(table)
     bits = np.zeros((words, n), dtype=np.uint64)
     other = np.zeros(n, dtype=np.int64)
-    # Columns outside the KB rank above every pathology and tie among themselves (the first listed stays).
-    ranks = np.full(width, n_pathologies, dtype=np.int64)
-    ranks[:n_pathologies] = np.arange(n_pathologies) if tie_rank is None else tie_rank
     best = np.full(n, -np.inf)
-    best_rank = np.full(n, -1, dtype=np.int64)
     top = np.full(n, -1, dtype=np.int64)
+    sharing = np.zeros(n, dtype=np.int64)
     for col, mass in zip(entries.slot_col, entries.slot_mass, strict=True):
         span = len(col)
         kept = mass > threshold
@@ -169,10 +175,10 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float, tie_rank: np.n
             bits[word, :span] |= bit_tables[word].take(lookup)
         if highest >= n_pathologies:
             other[:span] += kept & (col >= n_pathologies)
-        rank = ranks.take(col)
-        larger = (mass > best[:span]) | ((mass == best[:span]) & (rank > best_rank[:span]))
+        larger = mass > best[:span]
+        equal = mass == best[:span]
         np.copyto(top[:span], col, where=larger)
-        np.copyto(best_rank[:span], rank, where=larger)
+        sharing[:span] = np.where(larger, 1, sharing[:span] + equal)
         np.maximum(best[:span], mass, out=best[:span])
     # Back from the jagged-diagonal order to patient order.
     out_bits = np.empty_like(bits)
@@ -181,7 +187,31 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float, tie_rank: np.n
     out_other[entries.order] = other
     out_top = np.empty_like(top)
     out_top[entries.order] = top
-    return _Scan(kept_bits=out_bits, kept_other=out_other, top_col=out_top)
+    out_sharing = np.empty_like(sharing)
+    out_sharing[entries.order] = sharing
+    return _Scan(kept_bits=out_bits, kept_other=out_other, top_col=out_top, shared_top=out_sharing > 1)
+
+
+def _settle_ties(entries: Entries, patients: np.ndarray, top: np.ndarray, n_pathologies: int,
+                 tie_rank: np.ndarray | None) -> None:
+    """Replaces ``top`` of ``patients`` (whose top mass is shared) by the official top, or by a name outside the
+    KB that shares it. ``tie_rank``: each KB column's official index (None: the column order)."""
+    if not len(patients):
+        return
+    rank = np.arange(n_pathologies) if tie_rank is None else tie_rank
+    column_of_rank = np.argsort(rank)
+    dense = np.zeros((len(patients), n_pathologies))
+    outside = np.full(len(patients), -1, dtype=np.int64)
+    for row, patient in enumerate(patients):
+        span = slice(entries.bounds[patient], entries.bounds[patient + 1])
+        col, mass = entries.col[span], entries.mass[span]
+        at_top = col[mass == mass.max()]
+        beyond = at_top[at_top >= n_pathologies]
+        if len(beyond):
+            outside[row] = beyond[0]
+        inside = col < n_pathologies
+        dense[row, rank[col[inside]]] = mass[inside]
+    top[patients] = np.where(outside >= 0, outside, column_of_rank[official_top(dense)])
 
 
 def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
@@ -242,7 +272,8 @@ def per_patient(truth: GroundTruth, pred: Entries, inquired: Any, n_questions: n
     n = len(truth.pathology)
     if pred.n_patients != n:
         raise ValueError(f"The predictions cover {pred.n_patients} patients, the ground truth {n}.")
-    scan = _scan(pred, truth.n_pathologies, truth.threshold, truth.tie_rank)
+    scan = _scan(pred, truth.n_pathologies, truth.threshold)
+    _settle_ties(pred, np.flatnonzero(scan.shared_top), scan.top_col, truth.n_pathologies, truth.tie_rank)
     n_pred = (_popcount(scan.kept_bits) + scan.kept_other).astype(np.float64)
     tp = _popcount(scan.kept_bits & truth.gt_bits).astype(np.float64)
     ddr = _percent(tp, truth.n_gt)
@@ -265,13 +296,15 @@ def patient_metrics(
     present: set[Any],
     inquired: set[Any],
     n_questions: int,
-    tie_rank: Callable[[Any], int],
+    tie_rank: Callable[[Any], int | None],
+    n_pathologies: int,
     threshold: float = THRESHOLD,
 ) -> dict[str, float]:
     """The same metrics for one patient, in plain Python (a consultation's own score costs microseconds).
 
     gt, pred: (pathology, mass) in listing order; present, inquired: root sets, the initial evidence in
-    ``inquired``; tie_rank: a predicted name's rank among equal top masses (``KnowledgeBase.tie_rank_of``).
+    ``inquired``; tie_rank: a predicted name's official pathology index, None outside the KB
+    (``KnowledgeBase.tie_rank_of``), which with ``n_pathologies`` settles a shared top as ``official_top`` does.
     ``pred`` is normalised to sum 1 as ``normalised_masses`` does.
     """
     total = sum(mass for _, mass in pred)
@@ -283,7 +316,20 @@ def patient_metrics(
     ddr = tp / len(gt_set) * 100.0 if gt_set else 0.0
     ddp = tp / len(pred_set) * 100.0 if pred_set else 0.0
     ddf1 = 2.0 * ddr * ddp / (ddr + ddp) if ddr + ddp > 0 else 0.0
-    top = max(pred, key=lambda entry: (entry[1], tie_rank(entry[0])))[0] if pred else None
+    top = None
+    if pred:
+        best = max(mass for _, mass in pred)
+        at_top = [name for name, mass in pred if mass == best]
+        outside = [name for name in at_top if tie_rank(name) is None]
+        if len(at_top) == 1 or outside:
+            top = (outside or at_top)[0]
+        else:
+            row = np.zeros((1, n_pathologies))
+            index_of = {}
+            for name, mass in pred:
+                if (index := tie_rank(name)) is not None:
+                    row[0, index], index_of[index] = mass, name
+            top = index_of.get(int(official_top(row)[0]))  # None: an unlisted zero mass (never in P)
     in_p = pathology in pred_set
     per = len(present & inquired) / len(present) * 100.0 if present else 0.0
     return {"DDR": ddr, "DDP": ddp, "DDF1": ddf1, "GTPA": 100.0 if in_p else 0.0,

@@ -175,15 +175,15 @@ class KnowledgeBase:
     @cached_property
     def tie_rank(self) -> np.ndarray:
         """Each pathology's index in the official code: its key's position in the sorted keys of
-        release_conditions.json (mila-iqia/ddxplus ``sim_utils.load_and_check_data``). Among equal top masses the
-        highest index is the official top (``medeval_core.metrics.ddxplus``)."""
+        release_conditions.json (mila-iqia/ddxplus ``sim_utils.load_and_check_data``), which decides among equal
+        top masses (``medeval_core.metrics.ddxplus.official_top``)."""
         ordered = {name: rank for rank, name in enumerate(sorted(self.pathology_names))}
         return np.asarray([ordered[name] for name in self.pathology_names], dtype=np.int64)
 
-    def tie_rank_of(self, name: str) -> int:
-        """``tie_rank`` of a pathology given by any of its names; a name outside the KB ranks above all."""
+    def tie_rank_of(self, name: str) -> int | None:
+        """``tie_rank`` of a pathology given by any of its names; None for a name outside the KB."""
         index = self.pathology_index(name)
-        return self.n_pathologies if index is None else int(self.tie_rank[index])
+        return None if index is None else int(self.tie_rank[index])
 
     def pathology_index(self, name: str) -> int | None:
         """Index of a pathology given by its key, English or French name (exact, then case/space-insensitive)."""
