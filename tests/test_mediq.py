@@ -13,7 +13,7 @@ import pytest
 from medeval_core import service
 from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
-from medeval_core.benchmarks.mediq.benchmark import build_params
+from medeval_core.benchmarks.mediq.benchmark import MediqSolver, build_params
 from medeval_core.benchmarks.mediq.cases import MediqFileError, load_cases
 from medeval_core.benchmarks.mediq.experts import LLMExpert, ReplayExpert, ReplayLine, load_actions
 from medeval_core.benchmarks.mediq.interaction import consult
@@ -92,7 +92,6 @@ def test_offline_patient_answers_only_with_its_own_facts_or_refuses(imedqa, craf
             used = [case.facts[i] for i in answer.facts]
             assert answer.text == " ".join(used)
             assert set(used) <= own and all(fact in every_fact for fact in used)
-            assert not any(states_answer(fact, case) for fact in used), (case.case_id, question, used)
     case = imedqa.cases[0]
     patient = FactSelectPatient(case)
     fever = patient.answer("Do you have a fever?")
@@ -101,16 +100,25 @@ def test_offline_patient_answers_only_with_its_own_facts_or_refuses(imedqa, craf
     assert patient.answer("What is your blood pressure?").text == "Her blood pressure is 114/82 mmHg."
 
 
-def test_a_fact_stating_the_correct_option_is_never_given(craft):
-    case = next(c for c in craft.cases if any(states_answer(f, c) for f in c.facts)) if any(
-        states_answer(f, c) for c in craft.cases for f in c.facts) else None
-    if case is None:
-        case = craft.cases[0].model_copy(update={"facts": [*craft.cases[0].facts,
-                                                            f"The diagnosis is {craft.cases[0].correct_option}."]})
-    hidden = [i for i, fact in enumerate(case.facts) if states_answer(fact, case)]
-    patient = FactSelectPatient(case, threshold=0.0, max_facts=len(case.facts))
-    answer = patient.answer(f"Do you have {case.correct_option}?")
-    assert hidden and not set(hidden) & set(answer.facts)
+def test_facts_stating_the_answer_are_given_as_mediq_does_unless_the_run_withholds_them(imedqa, craft,
+                                                                                         isolated_store):
+    # MediQ's fact-select patient lists every atomic fact: one that contains the answer text is given too.
+    case = next(c for loaded in (imedqa, craft) for c in loaded.cases if any(states_answer(f, c) for f in c.facts))
+    stating = [i for i, fact in enumerate(case.facts) if states_answer(fact, case)]
+    question = case.facts[stating[0]].rstrip(".") + "?"
+    given = FactSelectPatient(case, threshold=0.0, max_facts=len(case.facts)).answer(question)
+    assert set(stating) <= set(given.facts)
+    withheld = FactSelectPatient(case, threshold=0.0, max_facts=len(case.facts), withhold_answer_facts=True)
+    answer = withheld.answer(question)
+    assert not set(stating) & set(answer.facts) and withheld.describe()["withhold_answer_facts"] is True
+    # The option is recorded with the run and reaches the patient.
+    settings = current_settings()
+    plain = build_params(settings, imedqa.path, "replay")
+    chosen = build_params(settings, imedqa.path, "replay", withhold_answer_facts=True)
+    assert plain.withhold_answer_facts is False and chosen.withhold_answer_facts is True
+    assert MediqSolver(chosen, None).patient(case, ctx(case.case_id)).allowed == [
+        i for i in range(len(case.facts)) if i not in stating]
+    assert MediqSolver(plain, None).patient(case, ctx(case.case_id)).allowed == list(range(len(case.facts)))
 
 
 def _backend(server, model="fake"):
@@ -236,6 +244,12 @@ def test_run_mediq_command_with_replay_and_json(tmp_path, imedqa, isolated_store
     figures = json.loads(done.stdout)
     expected = sum(c.answer_idx == "A" for c in imedqa.cases[:3]) / 3
     assert figures["accuracy"] == pytest.approx(expected) and figures["Ave-Q"] == 1.0
+    withheld = _cli("run", "mediq", "--cases", imedqa.path, "--expert", "replay", "--actions", str(actions),
+                    "--limit", "1", "--withhold-answer-facts", "--json", env_db=isolated_store)
+    assert withheld.returncode == 0, withheld.stderr
+    runs = {run_id: current_store().get_run(run_id).config["params"]["withhold_answer_facts"]
+            for run_id in (figures["run_id"], json.loads(withheld.stdout)["run_id"])}
+    assert list(runs.values()) == [False, True]
     missing = _cli("run", "mediq", "--cases", imedqa.path, "--expert", "replay", env_db=isolated_store)
     assert missing.returncode == 2 and "needs --actions FILE" in missing.stderr
     bad = tmp_path / "bad.jsonl"

@@ -32,6 +32,9 @@ class MediqCli(BenchmarkCli):
                                  '{"kind": "choice", "option": "C"}]}')
         parser.add_argument("--patient", choices=("offline", "llm"), default="offline",
                             help="offline fact-select patient (default) or the patient role's chat model")
+        parser.add_argument("--withhold-answer-facts", action="store_true",
+                            help="the patient never gives a fact containing the correct option's text (MediQ's "
+                                 "patient gives them; recorded with the run)")
         parser.add_argument("--max-questions", type=int, default=None, help="question budget (default 10)")
         parser.add_argument("--abstention", choices=("fixed", "binary", "scale"), default=None,
                             help="llm expert: when to stop asking (default scale, threshold 4)")
@@ -52,6 +55,7 @@ class MediqCli(BenchmarkCli):
         return build_params(settings, args.cases, args.expert, args.actions, patient=args.patient,
                             max_questions=args.max_questions, abstention=args.abstention,
                             threshold=args.threshold, limit=args.limit, baseline=not args.no_baseline,
+                            withhold_answer_facts=args.withhold_answer_facts,
                             workers=args.workers)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
