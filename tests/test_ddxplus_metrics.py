@@ -32,6 +32,10 @@ THRESHOLD = 0.01
 
 def reference_scores(kb_dir: Path, patients_csv: Path, predictions_jsonl: Path) -> dict[str, float]:
     evidences = json.loads((kb_dir / "release_evidences.json").read_text(encoding="utf-8"))
+    # The official pathology index (mila-iqia/ddxplus sim_utils.load_and_check_data): sorted condition keys; the
+    # official top is np.argsort(final_diags)[:, ::-1][:, 0]; a name outside the KB sharing the top wins.
+    official_index = {key: i for i, key in enumerate(sorted(json.loads(
+        (kb_dir / "release_conditions.json").read_text(encoding="utf-8"))))}
     with patients_csv.open(newline="", encoding="utf-8") as handle:
         patients = list(csv.DictReader(handle))
     predictions = {}
@@ -55,7 +59,16 @@ def reference_scores(kb_dir: Path, patients_csv: Path, predictions_jsonl: Path) 
         ddp = tp / len(pred) * 100 if pred else 0.0
         ddf1 = 2 * ddr * ddp / (ddr + ddp) if ddr + ddp > 0 else 0.0
         truth = patient["PATHOLOGY"]
-        top = max(differential, key=differential.get) if differential else None
+        top = None
+        if differential:
+            best = max(differential.values())
+            at_top = [name for name, mass in differential.items() if mass == best]
+            outside = [name for name in at_top if name not in official_index]
+            final_diags = np.zeros((1, len(official_index)))
+            for name, mass in differential.items():
+                if name in official_index:
+                    final_diags[0, official_index[name]] = mass
+            top = outside[0] if outside else sorted(official_index)[np.argsort(final_diags, axis=-1)[:, ::-1][0, 0]]
         present = set()
         for code in ast.literal_eval(patient["EVIDENCES"]):
             root, _, value = code.partition("_@_")
@@ -84,7 +97,8 @@ HAND_PATIENTS = [
      "M", "Pneumonia", ["E_53", "E_55_@_V_89", "E_55_@_V_62", "E_57_@_V_123", "E_204_@_V_10", "E_91"], "E_91"],
     # 1: empty prediction.
     [25, [["URTI", 0.6], ["Influenza", 0.4]], "F", "URTI", ["E_91", "E_201"], "E_201"],
-    # 2 and 3: a tie at the top mass, the true pathology listed second (2) or first (3).
+    # 2 and 3: a tie at the top mass, the true pathology listed second (2) or first (3); URTI sorts after
+    # Pneumonia, so it is the official top in both.
     [60, [["Pneumonia", 0.7], ["Bronchitis", 0.3]], "F", "Pneumonia", ["E_91"], "E_91"],
     [60, [["Pneumonia", 0.7], ["Bronchitis", 0.3]], "F", "Pneumonia", ["E_91"], "E_91"],
     # 4: the true pathology is the top but carries exactly the threshold mass.
@@ -105,7 +119,7 @@ HAND_EXPECTED = [
     {"DDR": 200 / 3, "DDP": 200 / 3, "DDF1": 200 / 3, "GTPA": 100.0, "GTPA@1": 0.0, "PER": 200 / 3, "IL": 4.0},
     {"DDR": 0.0, "DDP": 0.0, "DDF1": 0.0, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 50.0, "IL": 1.0},
     {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 2.0},
-    {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 100.0, "PER": 100.0, "IL": 1.0},
+    {"DDR": 100.0, "DDP": 200 / 3, "DDF1": 80.0, "GTPA": 100.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 1.0},
     # E_56_@_0 is the default intensity: not present. P is {Bronchiolitis} (Croup's 0.01 is not above the
     # threshold); E_56 asked twice is two turns.
     {"DDR": 50.0, "DDP": 100.0, "DDF1": 200 / 3, "GTPA": 0.0, "GTPA@1": 0.0, "PER": 100.0, "IL": 3.0},
@@ -160,18 +174,52 @@ def _truth(gt_mass, pathology, present=None):
     return GroundTruth.prepare(gt_mass.shape[1], Entries.from_dense(gt_mass), np.asarray(pathology), present)
 
 
-def test_top_ties_follow_listing_order():
-    # Patient 0: tie between columns 0 and 1, column 1 listed first; patient 1: column 0 listed first;
-    # patient 2: tie between columns 1 and 2, column 2 listed first.
+def test_top_ties_follow_the_official_index_whatever_the_listing_order():
+    # Patients 0 and 1: a tie between columns 0 and 1, listed either way; patient 2: columns 1 and 2.
     mass = [[0.4, 0.4, 0.2], [0.4, 0.4, 0.2], [0.1, 0.5, 0.5]]
     order = [[1, 0, 2], [0, 1, 2], [0, 2, 1]]
     inquired, questions = np.ones((3, 1), bool), np.zeros(3)
-    for truth, expected in (([1, 0, 2], [100, 100, 100]), ([0, 1, 1], [0, 0, 0])):
-        listed = per_patient(_truth(mass, truth), _listing(mass, order), inquired, questions)
-        assert listed["GTPA@1"].tolist() == expected
-    # Listed in column order, the smallest column wins a tie.
-    by_column = per_patient(_truth(mass, [0, 0, 1]), _listing(mass), inquired, questions)
-    assert by_column["GTPA@1"].tolist() == [100, 100, 100]
+    for listing in (_listing(mass, order), _listing(mass)):
+        # Column order as the index: the higher column wins.
+        assert per_patient(_truth(mass, [1, 1, 2]), listing, inquired, questions)["GTPA@1"].tolist() == [100] * 3
+        assert per_patient(_truth(mass, [0, 0, 1]), listing, inquired, questions)["GTPA@1"].tolist() == [0] * 3
+        # An official index that reverses the columns: the lower column wins.
+        reversed_rank = GroundTruth.prepare(3, Entries.from_dense(np.asarray(mass)), np.asarray([0, 0, 1]),
+                                            np.ones((3, 1), bool), tie_rank=np.asarray([2, 1, 0]))
+        assert per_patient(reversed_rank, listing, inquired, questions)["GTPA@1"].tolist() == [100] * 3
+
+
+def test_a_shared_top_is_what_the_official_expression_picks(kb):
+    """Crafted ties over the 49 real pathologies, listed in random order: the top the metrics credit is what the
+    official ``np.argsort(final_diags)[:, ::-1][:, 0]`` picks over the official index (sorted keys)."""
+    rng = np.random.default_rng(11)
+    n = kb.n_pathologies
+    official = np.argsort(kb.tie_rank)  # official index -> KB column
+    dense = rng.random((400, n)) * (rng.random((400, n)) < 0.3)
+    for row in dense:
+        tied = rng.choice(n, rng.integers(2, 5), replace=False)
+        row[tied] = row.max() + 0.5
+    dense /= dense.sum(axis=1, keepdims=True)
+    final_diags = dense[:, official]  # the official layout: column j is the pathology with index j
+    expected_top = official[np.argsort(final_diags, axis=-1)[:, ::-1][:, 0]]
+    tied = [set(np.flatnonzero(row == row.max())) for row in dense]
+    assert all(top in ties for top, ties in zip(expected_top, tied, strict=True))
+    # Not a fixed rule: neither the lowest nor the highest official index always wins.
+    picked_highest = [kb.tie_rank[top] == max(kb.tie_rank[list(ties)]) for top, ties in zip(expected_top, tied,
+                                                                                          strict=True)]
+    assert any(picked_highest) and not all(picked_highest)
+    present = np.ones((400, 1), bool)
+    for truth in (expected_top, rng.integers(0, n, 400)):
+        ground = GroundTruth.prepare(n, Entries.from_dense(dense), truth, present, tie_rank=kb.tie_rank)
+        shuffled = _listing(dense, rng.permuted(np.tile(np.arange(n), (400, 1)), axis=1))
+        got = per_patient(ground, shuffled, present, np.zeros(400))["GTPA@1"]
+        np.testing.assert_array_equal(got, np.where(truth == expected_top, 100.0, 0.0))
+        for i in range(20):
+            pairs = [(kb.pathology_names[c], float(dense[i, c])) for c in np.flatnonzero(dense[i])[::-1]]
+            single = patient_metrics(gt=pairs, pathology=kb.pathology_names[truth[i]], pred=pairs, present=set(),
+                                     inquired=set(), n_questions=0, tie_rank=kb.tie_rank_of,
+                                     n_pathologies=n)
+            assert single["GTPA@1"] == got[i]
 
 
 def test_names_outside_the_kb_count_in_p_and_can_take_the_top():
@@ -262,7 +310,8 @@ def test_single_patient_function_matches_the_vectorised_scorer(tmp_path, kb):
             gt=list(patients.differential_pairs[i]), pathology=kb.pathology_names[patients.pathology[i]],
             pred=pairs, present={kb.roots[r] for r in np.flatnonzero(patients.present[i])},
             inquired={c.partition("_@_")[0] for c in record["inquired"]} | {kb.roots[patients.initial_root[i]]},
-            n_questions=len(record["inquired"]),
+            n_questions=len(record["inquired"]), tie_rank=kb.tie_rank_of,
+            n_pathologies=kb.n_pathologies,
         )
         for key in METRIC_KEYS:
             assert single[key] == pytest.approx(report.per_patient[key][i], abs=1e-12), (i, key)

@@ -133,7 +133,8 @@ def _reference(kb, rows: list[list[str]], loaded_rows: list[int], records: dict[
             gt=[tuple(pair) for pair in ast.literal_eval(differential)], pathology=pathology, pred=pred,
             present=_present(evidences, [code.strip() for code in ast.literal_eval(cell)]),
             inquired={code.partition("_@_")[0] for code in record["inquired"]} | {initial},
-            n_questions=len(record["inquired"]))
+            n_questions=len(record["inquired"]), tie_rank=kb.tie_rank_of,
+            n_pathologies=kb.n_pathologies)
         for key in METRIC_KEYS:
             values[key].append(metrics[key])
     return {key: np.asarray(value) for key, value in values.items()}

@@ -13,7 +13,7 @@ import pytest
 from medeval_core import service
 from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
-from medeval_core.benchmarks.mediq.benchmark import build_params
+from medeval_core.benchmarks.mediq.benchmark import MediqSolver, build_params
 from medeval_core.benchmarks.mediq.cases import MediqFileError, load_cases
 from medeval_core.benchmarks.mediq.experts import LLMExpert, ReplayExpert, ReplayLine, load_actions
 from medeval_core.benchmarks.mediq.interaction import consult
@@ -92,7 +92,6 @@ def test_offline_patient_answers_only_with_its_own_facts_or_refuses(imedqa, craf
             used = [case.facts[i] for i in answer.facts]
             assert answer.text == " ".join(used)
             assert set(used) <= own and all(fact in every_fact for fact in used)
-            assert not any(states_answer(fact, case) for fact in used), (case.case_id, question, used)
     case = imedqa.cases[0]
     patient = FactSelectPatient(case)
     fever = patient.answer("Do you have a fever?")
@@ -101,16 +100,25 @@ def test_offline_patient_answers_only_with_its_own_facts_or_refuses(imedqa, craf
     assert patient.answer("What is your blood pressure?").text == "Her blood pressure is 114/82 mmHg."
 
 
-def test_a_fact_stating_the_correct_option_is_never_given(craft):
-    case = next(c for c in craft.cases if any(states_answer(f, c) for f in c.facts)) if any(
-        states_answer(f, c) for c in craft.cases for f in c.facts) else None
-    if case is None:
-        case = craft.cases[0].model_copy(update={"facts": [*craft.cases[0].facts,
-                                                            f"The diagnosis is {craft.cases[0].correct_option}."]})
-    hidden = [i for i, fact in enumerate(case.facts) if states_answer(fact, case)]
-    patient = FactSelectPatient(case, threshold=0.0, max_facts=len(case.facts))
-    answer = patient.answer(f"Do you have {case.correct_option}?")
-    assert hidden and not set(hidden) & set(answer.facts)
+def test_facts_stating_the_answer_are_given_as_mediq_does_unless_the_run_withholds_them(imedqa, craft,
+                                                                                         isolated_store):
+    # MediQ's fact-select patient lists every atomic fact: one that contains the answer text is given too.
+    case = next(c for loaded in (imedqa, craft) for c in loaded.cases if any(states_answer(f, c) for f in c.facts))
+    stating = [i for i, fact in enumerate(case.facts) if states_answer(fact, case)]
+    question = case.facts[stating[0]].rstrip(".") + "?"
+    given = FactSelectPatient(case, threshold=0.0, max_facts=len(case.facts)).answer(question)
+    assert set(stating) <= set(given.facts)
+    withheld = FactSelectPatient(case, threshold=0.0, max_facts=len(case.facts), withhold_answer_facts=True)
+    answer = withheld.answer(question)
+    assert not set(stating) & set(answer.facts) and withheld.describe()["withhold_answer_facts"] is True
+    # The option is recorded with the run and reaches the patient.
+    settings = current_settings()
+    plain = build_params(settings, imedqa.path, "replay")
+    chosen = build_params(settings, imedqa.path, "replay", withhold_answer_facts=True)
+    assert plain.withhold_answer_facts is False and chosen.withhold_answer_facts is True
+    assert MediqSolver(chosen, None).patient(case, ctx(case.case_id)).allowed == [
+        i for i in range(len(case.facts)) if i not in stating]
+    assert MediqSolver(plain, None).patient(case, ctx(case.case_id)).allowed == list(range(len(case.facts)))
 
 
 def _backend(server, model="fake"):
@@ -236,6 +244,12 @@ def test_run_mediq_command_with_replay_and_json(tmp_path, imedqa, isolated_store
     figures = json.loads(done.stdout)
     expected = sum(c.answer_idx == "A" for c in imedqa.cases[:3]) / 3
     assert figures["accuracy"] == pytest.approx(expected) and figures["Ave-Q"] == 1.0
+    withheld = _cli("run", "mediq", "--cases", imedqa.path, "--expert", "replay", "--actions", str(actions),
+                    "--limit", "1", "--withhold-answer-facts", "--json", env_db=isolated_store)
+    assert withheld.returncode == 0, withheld.stderr
+    runs = {run_id: current_store().get_run(run_id).config["params"]["withhold_answer_facts"]
+            for run_id in (figures["run_id"], json.loads(withheld.stdout)["run_id"])}
+    assert list(runs.values()) == [False, True]
     missing = _cli("run", "mediq", "--cases", imedqa.path, "--expert", "replay", env_db=isolated_store)
     assert missing.returncode == 2 and "needs --actions FILE" in missing.stderr
     bad = tmp_path / "bad.jsonl"
@@ -247,38 +261,69 @@ def test_run_mediq_command_with_replay_and_json(tmp_path, imedqa, isolated_store
 
 
 def mediq_result_line(case, choice, questions, intermediate):
-    """A line as stellalisy/mediQ's mediQ_benchmark.py writes it."""
+    """A line in the layout of stellalisy/mediQ's mediQ_benchmark.py (tests/data/upstream/mediq/ holds real ones)."""
     return {"id": int(case.case_id),
             "info": {"context": " ".join(case.context), "correct_answer": case.answer,
                      "correct_answer_idx": case.answer_idx, "question": case.question, "options": case.options},
-            "interactive_system": {"choice": choice, "questions": questions, "answers": ["..."] * len(questions),
-                                   "num_questions": len(questions), "intermediate_choices": intermediate,
-                                   "correct": choice == case.answer_idx, "temp_additional_info": []}}
+            "interactive_system": {"letter_choice": choice, "questions": questions,
+                                   "answers": ["..."] * len(questions), "num_questions": len(questions),
+                                   "intermediate_choices": intermediate, "correct": choice == case.answer_idx,
+                                   "temp_additional_info": []}}
 
 
 def test_mediq_result_files_are_scored_on_the_same_scorer(tmp_path, imedqa, isolated_store):
     cases = imedqa.cases[:4]
     wrong = {"A": "B", "B": "C", "C": "D", "D": "A"}
-    lines = [mediq_result_line(cases[0], cases[0].answer_idx, ["q1", "q2"], [wrong[cases[0].answer_idx],
-                                                                          cases[0].answer_idx]),
-             mediq_result_line(cases[1], wrong[cases[1].answer_idx], ["q"] * 10, [cases[1].answer_idx]),
-             mediq_result_line(cases[2], cases[2].answer_idx, [], [cases[2].answer_idx]),
+    truth = [case.answer_idx for case in cases]
+    lines = [mediq_result_line(cases[0], truth[0], ["q1", "q2"], [wrong[truth[0]], truth[0], truth[0]]),
+             mediq_result_line(cases[1], wrong[truth[1]], ["q"] * 10, [truth[1]] * 10 + [wrong[truth[1]]]),
+             mediq_result_line(cases[2], truth[2], [], [truth[2]]),
              mediq_result_line(cases[3], None, ["q"], [])]
     path = tmp_path / "mediq_out.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    scores = score_result_file(path)
+    scores = score_result_file(path, max_questions=10)
     assert [s.correct for s in scores] == [True, False, True, False]
     assert [s.timed_out for s in scores] == [False, True, False, False]
     assert [s.initial_correct for s in scores] == [False, True, True, None]
-    done = _cli("score", "mediq", "--results", str(path), "--json", env_db=isolated_store)
+    done = _cli("score", "mediq", "--results", str(path), "--max-questions", "10", "--json", env_db=isolated_store)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"accuracy": 0.5, "Ave-Q": 3.25, "timeout rate": 0.25,
+    assert json.loads(done.stdout) == {"accuracy": 0.5, "Ave-Q": 3.25, "timeout rate": 0.25, "Avg. Turns": 3.75,
                                        "accuracy without asking": pytest.approx(2 / 3), "n": 4}
     text = _cli("score", "mediq", "--results", str(path), "--cases", imedqa.path, env_db=isolated_store)
     assert "accuracy" in text.stdout and "95% CI" in text.stdout
     path.write_text(path.read_text() + json.dumps(lines[0]) + "\n", encoding="utf-8")
     refused = _cli("score", "mediq", "--results", str(path), env_db=isolated_store)
     assert refused.returncode == 2 and "line 5: case 3 is scored on an earlier line" in refused.stderr
+    evaluate_py_layout = {**lines[0], "interactive_system": {"choice": truth[0], "questions": []}}
+    path.write_text(json.dumps(evaluate_py_layout) + "\n", encoding="utf-8")
+    refused = _cli("score", "mediq", "--results", str(path), env_db=isolated_store)
+    assert refused.returncode == 2 and 'has no "letter_choice"' in refused.stderr
+
+
+UPSTREAM_MEDIQ = Path(__file__).parent / "data" / "upstream" / "mediq"
+
+
+def printed_by_mediq() -> dict[str, float]:
+    """The figures MediQ's mediQ_benchmark.py printed for its own file ("Accuracy: 12 / 30 = 0.4", ...)."""
+    figures = {}
+    for line in (UPSTREAM_MEDIQ / "printed_by_mediq.txt").read_text(encoding="utf-8").splitlines():
+        name, printed = line.split(": ", 1)
+        figures[name] = float(printed.rsplit(" ", 1)[-1])
+    return figures
+
+
+def test_a_file_written_by_mediqs_own_benchmark_scores_as_mediq_printed_it(isolated_store):
+    printed = printed_by_mediq()
+    assert set(printed) == {"Accuracy", "Timeout Rate", "Avg. Turns"}
+    done = _cli("score", "mediq", "--results", str(UPSTREAM_MEDIQ / "results_imedqa_first30_max5.jsonl"),
+                "--max-questions", "5", "--json", env_db=isolated_store)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["accuracy"] == printed["Accuracy"]
+    assert figures["timeout rate"] == printed["Timeout Rate"]
+    assert figures["Avg. Turns"] == printed["Avg. Turns"]
+    assert figures["Avg. Turns"] == pytest.approx(figures["Ave-Q"] + 1)
+    assert 0 < figures["accuracy"] < 1 and 0 < figures["timeout rate"] < 1
 
 
 def test_llm_roles_are_bound_from_the_settings_and_kept_for_a_resume(imedqa, monkeypatch):

@@ -7,9 +7,16 @@ Per patient (percentages 0-100):
   explicit 0.0 entries and masses of exactly 0.01 are out.
 - DDR = |GT ∩ P| / |GT|, DDP = |GT ∩ P| / |P|, DDF1 = 2·DDR·DDP / (DDR + DDP); each is 0 when its denominator is.
 - GTPA = the true pathology is in P.
-- GTPA@1 = the top of the prediction is the true pathology, and it is in P. The top is the largest mass; among
-  equal largest masses the one listed first wins, which is what Python's ``max(prediction, key=prediction.get)``
-  and a stable sort by decreasing mass both pick.
+- GTPA@1 = the top of the prediction is the true pathology, and it is in P. The top is the largest mass. When
+  several pathologies share it exactly, the top is what the official ``compute_metrics`` (mila-iqia/ddxplus,
+  ``code/basd/metrics.py``, the same in ``code/aarlc``) computes, ``np.argsort(final_diags)[:, ::-1][:, 0]``, on
+  the patient's masses laid out in the official pathology index (the position of each condition's key in the
+  sorted keys of release_conditions.json, ``sim_utils.load_and_check_data``; ``tie_rank`` here) with zeros
+  elsewhere (``official_top``). numpy's default argsort is not stable, so which tied pathology that expression
+  picks depends on the other masses and on numpy's sort, not on a fixed rule (on the shared sample it is the
+  higher index in 14 of 20 crafted two-way ties); evaluating the expression itself is the only way to agree with
+  the official script. The listing order never matters. A predicted name outside the KB that shares the top wins
+  (a tie with it is never credited; the official arrays cannot hold one).
 - PER = |inquired ∩ present| / |present| over evidence roots (0 when nothing is present); ``inquired`` includes
   the initial evidence; a root is present when binary and listed, or non-binary with a non-default value.
 - IL = questions asked + 1 (the initial evidence is the first turn).
@@ -20,7 +27,7 @@ Layout, chosen so that 134,529 patients score in milliseconds:
   sorted by decreasing number of entries, slot j holding every patient's j-th listed entry. Each slot is then a
   contiguous prefix of the sorted patients, so one pass over the slots, with whole-array operations only, gives
   each patient's set of kept pathologies (a bitmap: one uint64 word per 64 pathologies) and its top entry
-  (strictly larger masses replace it, so among equal masses the earliest listed stays).
+  (a larger mass replaces it; patients whose top mass is shared are then settled by ``official_top``).
 - |GT ∩ P|, |P| and "true pathology in P" are then bit counts and bit tests; root sets are bitmaps too
   (``pack_roots``), so PER is the bit count of an AND.
 - The ground truth is fixed per patient file: ``GroundTruth.prepare`` thresholds it once (as loading derives the
@@ -30,7 +37,7 @@ Columns at or beyond ``n_pathologies`` are predicted names outside the KB: they 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +137,16 @@ class _Scan:
     kept_other: np.ndarray
     """Kept entries outside the KB, per patient."""
     top_col: np.ndarray
-    """Column of the first entry with the largest mass; -1 without entries."""
+    """Column of the first listed entry with the largest mass; -1 without entries."""
+    shared_top: np.ndarray
+    """Whether another entry has that mass too (``_settle_ties`` decides those)."""
+
+
+def official_top(final_diags: np.ndarray) -> np.ndarray:
+    """The official top of each row of a (patients x pathologies) mass matrix in the official pathology index:
+    mila-iqia/ddxplus ``compute_metrics``'s ``np.argsort(final_diags, axis=-1)[:, ::-1][:, 0]``, kept as written
+    (numpy's default sort) because among equal masses only that expression gives the official pick."""
+    return np.argsort(final_diags, axis=-1)[:, ::-1][:, 0]
 
 
 def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
@@ -150,6 +166,7 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
     other = np.zeros(n, dtype=np.int64)
     best = np.full(n, -np.inf)
     top = np.full(n, -1, dtype=np.int64)
+    sharing = np.zeros(n, dtype=np.int64)
     for col, mass in zip(entries.slot_col, entries.slot_mass, strict=True):
         span = len(col)
         kept = mass > threshold
@@ -159,7 +176,9 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
         if highest >= n_pathologies:
             other[:span] += kept & (col >= n_pathologies)
         larger = mass > best[:span]
+        equal = mass == best[:span]
         np.copyto(top[:span], col, where=larger)
+        sharing[:span] = np.where(larger, 1, sharing[:span] + equal)
         np.maximum(best[:span], mass, out=best[:span])
     # Back from the jagged-diagonal order to patient order.
     out_bits = np.empty_like(bits)
@@ -168,7 +187,31 @@ def _scan(entries: Entries, n_pathologies: int, threshold: float) -> _Scan:
     out_other[entries.order] = other
     out_top = np.empty_like(top)
     out_top[entries.order] = top
-    return _Scan(kept_bits=out_bits, kept_other=out_other, top_col=out_top)
+    out_sharing = np.empty_like(sharing)
+    out_sharing[entries.order] = sharing
+    return _Scan(kept_bits=out_bits, kept_other=out_other, top_col=out_top, shared_top=out_sharing > 1)
+
+
+def _settle_ties(entries: Entries, patients: np.ndarray, top: np.ndarray, n_pathologies: int,
+                 tie_rank: np.ndarray | None) -> None:
+    """Replaces ``top`` of ``patients`` (whose top mass is shared) by the official top, or by a name outside the
+    KB that shares it. ``tie_rank``: each KB column's official index (None: the column order)."""
+    if not len(patients):
+        return
+    rank = np.arange(n_pathologies) if tie_rank is None else tie_rank
+    column_of_rank = np.argsort(rank)
+    dense = np.zeros((len(patients), n_pathologies))
+    outside = np.full(len(patients), -1, dtype=np.int64)
+    for row, patient in enumerate(patients):
+        span = slice(entries.bounds[patient], entries.bounds[patient + 1])
+        col, mass = entries.col[span], entries.mass[span]
+        at_top = col[mass == mass.max()]
+        beyond = at_top[at_top >= n_pathologies]
+        if len(beyond):
+            outside[row] = beyond[0]
+        inside = col < n_pathologies
+        dense[row, rank[col[inside]]] = mass[inside]
+    top[patients] = np.where(outside >= 0, outside, column_of_rank[official_top(dense)])
 
 
 def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
@@ -192,10 +235,12 @@ class GroundTruth:
     present_bits: np.ndarray
     n_present: np.ndarray
     threshold: float
+    tie_rank: np.ndarray | None
+    """Each KB column's official rank among equal top masses (``KnowledgeBase.tie_rank``); None: column order."""
 
     @classmethod
     def prepare(cls, n_pathologies: int, gt: Entries, pathology: np.ndarray, present: Any,
-                threshold: float = THRESHOLD) -> GroundTruth:
+                threshold: float = THRESHOLD, tie_rank: np.ndarray | None = None) -> GroundTruth:
         pathology = np.asarray(pathology, dtype=np.int64)
         if gt.n_patients != len(pathology):
             raise ValueError(f"The ground truth lists {gt.n_patients} patients, the pathologies {len(pathology)}.")
@@ -203,7 +248,8 @@ class GroundTruth:
         present_bits = pack_roots(present)
         return cls(n_pathologies=n_pathologies, pathology=pathology, gt_bits=gt_bits,
                    n_gt=_popcount(gt_bits).astype(np.float64), present_bits=present_bits,
-                   n_present=_popcount(present_bits).astype(np.float64), threshold=threshold)
+                   n_present=_popcount(present_bits).astype(np.float64), threshold=threshold,
+                   tie_rank=None if tie_rank is None else np.asarray(tie_rank, dtype=np.int64))
 
 
 def normalised_masses(bounds: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,6 +273,7 @@ def per_patient(truth: GroundTruth, pred: Entries, inquired: Any, n_questions: n
     if pred.n_patients != n:
         raise ValueError(f"The predictions cover {pred.n_patients} patients, the ground truth {n}.")
     scan = _scan(pred, truth.n_pathologies, truth.threshold)
+    _settle_ties(pred, np.flatnonzero(scan.shared_top), scan.top_col, truth.n_pathologies, truth.tie_rank)
     n_pred = (_popcount(scan.kept_bits) + scan.kept_other).astype(np.float64)
     tp = _popcount(scan.kept_bits & truth.gt_bits).astype(np.float64)
     ddr = _percent(tp, truth.n_gt)
@@ -249,12 +296,16 @@ def patient_metrics(
     present: set[Any],
     inquired: set[Any],
     n_questions: int,
+    tie_rank: Callable[[Any], int | None],
+    n_pathologies: int,
     threshold: float = THRESHOLD,
 ) -> dict[str, float]:
     """The same metrics for one patient, in plain Python (a consultation's own score costs microseconds).
 
     gt, pred: (pathology, mass) in listing order; present, inquired: root sets, the initial evidence in
-    ``inquired``. ``pred`` is normalised to sum 1 as ``normalised_masses`` does.
+    ``inquired``; tie_rank: a predicted name's official pathology index, None outside the KB
+    (``KnowledgeBase.tie_rank_of``), which with ``n_pathologies`` settles a shared top as ``official_top`` does.
+    ``pred`` is normalised to sum 1 as ``normalised_masses`` does.
     """
     total = sum(mass for _, mass in pred)
     if total > 0 and abs(total - 1.0) > SUM_TOLERANCE:
@@ -266,10 +317,19 @@ def patient_metrics(
     ddp = tp / len(pred_set) * 100.0 if pred_set else 0.0
     ddf1 = 2.0 * ddr * ddp / (ddr + ddp) if ddr + ddp > 0 else 0.0
     top = None
-    best = -np.inf
-    for name, mass in pred:
-        if mass > best:
-            top, best = name, mass
+    if pred:
+        best = max(mass for _, mass in pred)
+        at_top = [name for name, mass in pred if mass == best]
+        outside = [name for name in at_top if tie_rank(name) is None]
+        if len(at_top) == 1 or outside:
+            top = (outside or at_top)[0]
+        else:
+            row = np.zeros((1, n_pathologies))
+            index_of = {}
+            for name, mass in pred:
+                if (index := tie_rank(name)) is not None:
+                    row[0, index], index_of[index] = mass, name
+            top = index_of.get(int(official_top(row)[0]))  # None: an unlisted zero mass (never in P)
     in_p = pathology in pred_set
     per = len(present & inquired) / len(present) * 100.0 if present else 0.0
     return {"DDR": ddr, "DDP": ddp, "DDF1": ddf1, "GTPA": 100.0 if in_p else 0.0,

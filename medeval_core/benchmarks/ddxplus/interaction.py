@@ -146,6 +146,7 @@ def patient_metrics(kb: KnowledgeBase, patient: DDXPlusPatient, differential: Ma
     metrics = ddx_metrics.patient_metrics(
         gt=gt, pathology=_pathology_key(kb, patient.pathology),
         pred=list(differential.items()), present=set(present), inquired=asked, n_questions=len(inquired),
+        tie_rank=kb.tie_rank_of, n_pathologies=kb.n_pathologies,
     )
     return metrics, [root for root in present if root not in asked]
 

@@ -172,6 +172,19 @@ class KnowledgeBase:
     def n_roots(self) -> int:
         return len(self.roots)
 
+    @cached_property
+    def tie_rank(self) -> np.ndarray:
+        """Each pathology's index in the official code: its key's position in the sorted keys of
+        release_conditions.json (mila-iqia/ddxplus ``sim_utils.load_and_check_data``), which decides among equal
+        top masses (``medeval_core.metrics.ddxplus.official_top``)."""
+        ordered = {name: rank for rank, name in enumerate(sorted(self.pathology_names))}
+        return np.asarray([ordered[name] for name in self.pathology_names], dtype=np.int64)
+
+    def tie_rank_of(self, name: str) -> int | None:
+        """``tie_rank`` of a pathology given by any of its names; None for a name outside the KB."""
+        index = self.pathology_index(name)
+        return None if index is None else int(self.tie_rank[index])
+
     def pathology_index(self, name: str) -> int | None:
         """Index of a pathology given by its key, English or French name (exact, then case/space-insensitive)."""
         found = self._name_lookup.get(name)

@@ -316,7 +316,7 @@ class PatientSet:
     def truth(self) -> GroundTruth:
         """Ground truth thresholded once for the metrics (GT sets, true pathologies, present roots)."""
         return GroundTruth.prepare(self.kb.n_pathologies, Entries.from_dense(self.differential), self.pathology,
-                                   self.present)
+                                   self.present, tie_rank=self.kb.tie_rank)
 
     @cached_property
     def position(self) -> dict[int, int]:

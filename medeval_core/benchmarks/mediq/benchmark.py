@@ -66,8 +66,9 @@ class MediqSolver:
 
     def patient(self, case: MediqCase, ctx: CaseContext) -> MediqPatient:
         if self.params.patient == "llm":
-            return LLMPatient(case, ctx.model("patient"))
-        return FactSelectPatient(case, threshold=self.params.fact_threshold, max_facts=self.params.max_facts)
+            return LLMPatient(case, ctx.model("patient"), withhold_answer_facts=self.params.withhold_answer_facts)
+        return FactSelectPatient(case, threshold=self.params.fact_threshold, max_facts=self.params.max_facts,
+                                 withhold_answer_facts=self.params.withhold_answer_facts)
 
     def expert(self, case: MediqCase, ctx: CaseContext) -> Expert:
         if self.params.expert == "llm":
@@ -166,6 +167,7 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
         counts = RunCounts.of(len(loaded.cases) * params.repetitions, list(results))
         return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=metrics, notes=notes,
                           extras={"expert": params.expert, "patient": params.patient,
+                                  "withhold_answer_facts": params.withhold_answer_facts,
                                   "max_questions": params.max_questions, "cases_file": Path(params.cases).name,
                                   "metrics": {m.name: m.value for m in metrics}})
 

@@ -32,6 +32,9 @@ class MediqCli(BenchmarkCli):
                                  '{"kind": "choice", "option": "C"}]}')
         parser.add_argument("--patient", choices=("offline", "llm"), default="offline",
                             help="offline fact-select patient (default) or the patient role's chat model")
+        parser.add_argument("--withhold-answer-facts", action="store_true",
+                            help="the patient never gives a fact containing the correct option's text (MediQ's "
+                                 "patient gives them; recorded with the run)")
         parser.add_argument("--max-questions", type=int, default=None, help="question budget (default 10)")
         parser.add_argument("--abstention", choices=("fixed", "binary", "scale"), default=None,
                             help="llm expert: when to stop asking (default scale, threshold 4)")
@@ -52,6 +55,7 @@ class MediqCli(BenchmarkCli):
         return build_params(settings, args.cases, args.expert, args.actions, patient=args.patient,
                             max_questions=args.max_questions, abstention=args.abstention,
                             threshold=args.threshold, limit=args.limit, baseline=not args.no_baseline,
+                            withhold_answer_facts=args.withhold_answer_facts,
                             workers=args.workers)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
@@ -61,13 +65,15 @@ class MediqCli(BenchmarkCli):
     def register(self, groups: CommandGroups) -> None:
         score = groups.score.add_parser(
             "mediq", help="score a MediQ result file (the MediQ benchmark code's output JSON Lines)",
-            description="Accuracy (Wilson 95%), Ave-Q, timeout rate and the accuracy without asking (the first "
-                        "intermediate choice) of a result file written by stellalisy/mediQ's mediQ_benchmark.py.")
+            description="Accuracy (Wilson 95%), Ave-Q, timeout rate, MediQ's Avg. Turns (Ave-Q + 1) and the accuracy "
+                        "without asking (the first intermediate choice) of a result file written by stellalisy/mediQ's "
+                        "mediQ_benchmark.py.")
         score.add_argument("--results", type=Path, required=True, help="MediQ output JSON Lines")
         score.add_argument("--cases", type=Path,
                            help="score against this MEDIQ cases file's answer_idx instead of the file's own")
-        score.add_argument("--max-questions", type=int, default=10,
-                           help="the budget the run used: a case that asked this many counts as a timeout")
+        score.add_argument("--max-questions", type=int, default=30,
+                           help="the --max_questions the MediQ run used (MediQ's default: 30); as MediQ counts, a "
+                                "case with more intermediate choices than this timed out")
         score.add_argument("--json", action="store_true", help="print the figures as one JSON object")
         score.set_defaults(handler=_score)
 

@@ -24,6 +24,8 @@ class MediqParams(RunParams):
     fact_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1,
                                   description="offline patient: the least similarity of a fact given")
     max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=1, le=20, description="offline patient: facts per answer")
+    withhold_answer_facts: bool = Field(default=False, description="patient: never give a fact that contains the "
+                                        "correct option's text (MediQ's patient gives them: off by default)")
     limit: int | None = Field(default=None, ge=1, description="only the first N valid cases")
     baseline: bool = Field(default=True, description="also ask the expert without questions (accuracy beside)")
     models: dict[str, Any] = Field(default_factory=dict, description="the LLM roles' backends at launch")

@@ -2,10 +2,13 @@
 
 - ``FactSelectPatient`` (offline, the default): the facts most similar to the question (all-MiniLM-L6-v2,
   ``medeval_core.embeddings``) at or above a threshold, at most ``max_facts``, returned verbatim in the file's
-  order; else the refusal. A fact that states the correct option is never given (the patient must not hand the
-  expert the answer), and nothing but this case's facts can come out.
+  order; else the refusal. Nothing but this case's facts can come out.
 - ``LLMPatient``: a chat model picks the facts that answer and phrases them in the first person; no fact, the
   refusal.
+
+Both give every fact by default, those that contain the correct option's text included ("Patient has type 1
+diabetes mellitus."), as MediQ's fact-select patient does: its prompt lists all the atomic facts.
+``withhold_answer_facts`` (a run option, ``MediqParams``) keeps those facts from the expert instead.
 
 Every answer carries the facts it used (0-based positions in ``case.facts``), stored with the turn.
 """
@@ -53,9 +56,9 @@ def states_answer(fact: str, case: MediqCase) -> bool:
     return any(f" {phrase} " in padded for phrase in {_phrase(case.correct_option), _phrase(case.answer)} if phrase)
 
 
-def answerable_facts(case: MediqCase) -> list[int]:
-    """The positions of the facts a patient may give (those that do not state the correct option)."""
-    return [i for i, fact in enumerate(case.facts) if not states_answer(fact, case)]
+def answerable_facts(case: MediqCase, withhold_answer_facts: bool = False) -> list[int]:
+    """The positions of the facts a patient may give: all (MediQ), or those that do not state the correct option."""
+    return [i for i, fact in enumerate(case.facts) if not (withhold_answer_facts and states_answer(fact, case))]
 
 
 def refusal() -> PatientAnswer:
@@ -66,13 +69,14 @@ class FactSelectPatient:
     name = "offline"
 
     def __init__(self, case: MediqCase, threshold: float = DEFAULT_THRESHOLD,
-                 max_facts: int = DEFAULT_MAX_FACTS) -> None:
+                 max_facts: int = DEFAULT_MAX_FACTS, withhold_answer_facts: bool = False) -> None:
         from medeval_core.embeddings import EmbeddingIndex
 
         self.case = case
         self.threshold = threshold
         self.max_facts = max_facts
-        self.allowed = answerable_facts(case)
+        self.withhold_answer_facts = withhold_answer_facts
+        self.allowed = answerable_facts(case, withhold_answer_facts)
         self._index = EmbeddingIndex([case.facts[i] for i in self.allowed])
 
     def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer:
@@ -88,17 +92,20 @@ class FactSelectPatient:
 
     def describe(self) -> dict[str, Any]:
         return {"patient": self.name, "encoder": "sentence-transformers/all-MiniLM-L6-v2",
-                "threshold": self.threshold, "max_facts": self.max_facts}
+                "threshold": self.threshold, "max_facts": self.max_facts,
+                "withhold_answer_facts": self.withhold_answer_facts}
 
 
 class LLMPatient:
     name = "llm"
 
-    def __init__(self, case: MediqCase, backend: ChatBackend, max_invalid: int = 2) -> None:
+    def __init__(self, case: MediqCase, backend: ChatBackend, max_invalid: int = 2,
+                 withhold_answer_facts: bool = False) -> None:
         self.case = case
         self.backend = backend
         self.max_invalid = max_invalid
-        self.allowed = answerable_facts(case)
+        self.withhold_answer_facts = withhold_answer_facts
+        self.allowed = answerable_facts(case, withhold_answer_facts)
         listing = "\n".join(f"{number}. {case.facts[i]}" for number, i in enumerate(self.allowed, start=1))
         self.system_prompt = fill(load_prompt("mediq_patient_system"), facts=listing)
 
@@ -124,4 +131,5 @@ class LLMPatient:
                                max_invalid=self.max_invalid)
 
     def describe(self) -> dict[str, Any]:
-        return {"patient": self.name, **self.backend.describe(), "prompt_version": PATIENT_PROMPT_VERSION}
+        return {"patient": self.name, **self.backend.describe(), "prompt_version": PATIENT_PROMPT_VERSION,
+                "withhold_answer_facts": self.withhold_answer_facts}

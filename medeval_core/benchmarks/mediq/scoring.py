@@ -1,11 +1,16 @@
 """MEDIQ metrics, one scorer for runs made here and for result files written by the MediQ benchmark code.
 
 Accuracy (on ``answer_idx``) with a Wilson 95 % interval, Ave-Q (mean questions per case, bootstrap interval),
-the timeout rate (cases where the budget forced the choice) and, beside the accuracy, the same expert's accuracy
-without asking (initial information only) over the cases where that choice is known, so the gain from asking
-shows. A MediQ result line (``src/mediQ_benchmark.py`` of stellalisy/mediQ) is ``{"id", "info":
-{"correct_answer_idx", ...}, "interactive_system": {"choice", "questions", "answers", "num_questions",
-"intermediate_choices", ...}}``; its first intermediate choice is the expert's answer before any question.
+the timeout rate (cases where the budget forced the choice), MediQ's "Avg. Turns" (choices made per case: the
+questions plus the final choice, so Ave-Q + 1) and, beside the accuracy, the same expert's accuracy without asking
+(initial information only) over the cases where that choice is known, so the gain from asking shows.
+
+A MediQ result line (``src/mediQ_benchmark.py`` of stellalisy/mediQ) is ``{"id", "info": {"correct_answer_idx",
+...}, "interactive_system": {"letter_choice", "questions", "answers", "num_questions", "intermediate_choices",
+...}}`` (its unused ``evaluate.py`` names the choice ``choice``; the benchmark writes ``letter_choice``). The
+rules are MediQ's own: correct when ``letter_choice == correct_answer_idx`` (exact), timed out when
+``len(intermediate_choices) > max_questions``, turns ``len(intermediate_choices)``; the first intermediate
+choice is the expert's answer before any question (tests/data/upstream/mediq/ holds a file MediQ's code wrote).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.mediq.cases import OPTION_LETTERS
@@ -28,6 +33,12 @@ class CaseScore(BaseModel):
     num_questions: int
     timed_out: bool
     initial_correct: bool | None = None
+    turns: int | None = Field(default=None, description="choices made (questions + the final one); "
+                                                          "None: num_questions + 1")
+
+    @property
+    def choices_made(self) -> int:
+        return self.turns if self.turns is not None else self.num_questions + 1
 
 
 class ResultFileError(ValueError):
@@ -46,6 +57,9 @@ def headline(scores: Sequence[CaseScore], denominator: str) -> list[Metric]:
                interval=bootstrap_mean_ci(questions) if n else None, method="mean, bootstrap 95%", unit="number"),
         Metric(name="timeout rate", value=timeouts / n if n else None, n=n, denominator=denominator,
                interval=wilson_interval(timeouts, n) if n else None, method="Wilson 95%"),
+        Metric(name="Avg. Turns", value=sum(score.choices_made for score in scores) / n if n else None, n=n,
+               denominator=denominator, unit="number",
+               method="MediQ's figure: mean choices made per case (questions + the final choice) = Ave-Q + 1"),
     ]
     known = [score.initial_correct for score in scores if score.initial_correct is not None]
     if known:
@@ -73,18 +87,24 @@ def _result_score(raw: Mapping[str, Any], answers: Mapping[str, str] | None, max
         raise ValueError(f"case {case_id} is not in the cases file")
     if truth not in OPTION_LETTERS:
         raise ValueError(f"the correct answer index is {truth!r}, not one of A-D")
-    choice = system.get("choice")
+    if "letter_choice" not in system:
+        raise ValueError('"interactive_system" has no "letter_choice" (the key MediQ\'s mediQ_benchmark.py writes)')
+    choice = system["letter_choice"]
     questions = system.get("questions", [])
     if not isinstance(questions, list):
         raise ValueError('"questions" must be a list')
     count = system.get("num_questions", len(questions))
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError('"num_questions" must be a whole number >= 0')
-    intermediate = system.get("intermediate_choices") or []
-    initial = intermediate[0] if isinstance(intermediate, list) and intermediate else None
-    return CaseScore(case_id=case_id, correct=isinstance(choice, str) and choice.strip().upper() == truth,
-                     num_questions=count, timed_out=count >= max_questions,
-                     initial_correct=None if not isinstance(initial, str) else initial.strip().upper() == truth)
+    intermediate = system.get("intermediate_choices")
+    if intermediate is not None and not isinstance(intermediate, list):
+        raise ValueError('"intermediate_choices" must be a list')
+    initial = intermediate[0] if intermediate else None
+    return CaseScore(case_id=case_id, correct=choice == truth, num_questions=count,
+                     timed_out=len(intermediate) > max_questions if intermediate is not None
+                     else count >= max_questions,
+                     turns=len(intermediate) if intermediate is not None else None,
+                     initial_correct=None if not isinstance(initial, str) else initial == truth)
 
 
 def score_result_file(path: str | Path, answers: Mapping[str, str] | None = None,

@@ -108,7 +108,8 @@ def load(store: Store, settings: Settings, walkthrough_id: str) -> Walkthrough:
         raise WalkthroughError(f"Walkthrough {walkthrough_id} is on case {session.case_id}, which "
                                f"{Path(params.cases).name} no longer has.")
     context = session.context()
-    consultation = Consultation(case, FactSelectPatient(case), context, max_questions=params.max_questions)
+    consultation = Consultation(case, FactSelectPatient(case, withhold_answer_facts=params.withhold_answer_facts),
+                                context, max_questions=params.max_questions)
     episode = open_episode(consultation, context, record_start=False)
     episode.restore([(t.actor, Ask(text=t.payload["question"])) for t in session.turns() if t.action == "question"])
     result = session.finished_result()
@@ -165,7 +166,7 @@ def expert_consultation(settings: Settings, walk: Walkthrough) -> MediqOutput:
                                "endpoint ending in /v1) and MEDEVAL_EXPERT_MODEL to see what it would ask.") from None
     ctx = RecordingContext(walk.id, walk.case.case_id, 0, settings, ModelRoles())
     try:
-        return consult(LLMExpert(backend), walk.case, FactSelectPatient(walk.case), ctx,
+        return consult(LLMExpert(backend), walk.case, walk.consultation.patient, ctx,
                        max_questions=walk.consultation.max_questions, baseline=False)
     except (ChatBackendError, ReplyFormatError) as exc:
         raise WalkthroughError(f"The expert model could not finish the case ({exc}).") from None

@@ -1,0 +1,39 @@
+"""Files in upstream harnesses' own layouts, produced or read by the upstream code (tests/data/upstream/*/README.md
+say how), read by medeval's commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ddxplus_fixtures import sample_csv
+
+UPSTREAM = Path(__file__).parent / "data" / "upstream"
+
+
+def _cli(*args: str, env_db: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "medeval_core", *args], cwd=UPSTREAM.parents[2], capture_output=True,
+                          text=True, env={**os.environ, "MEDEVAL_DB_URL": env_db}, timeout=300, check=False)
+
+
+def test_ddxplus_predictions_score_as_the_official_compute_metrics(tmp_path, isolated_store):
+    # The first 60 patients of the shared sample, as make_official_metrics.py read them.
+    lines = sample_csv().read_text(encoding="utf-8").splitlines(keepends=True)
+    patients = tmp_path / "patients.csv"
+    patients.write_text("".join(lines[:61]), encoding="utf-8")
+    done = _cli("score", "ddxplus", "--patients", str(patients), "--predictions",
+                str(UPSTREAM / "ddxplus" / "predictions.jsonl"), "--json", env_db=isolated_store)
+    assert done.returncode == 0, done.stderr
+    ours = json.loads(done.stdout)
+    official = json.loads((UPSTREAM / "ddxplus" / "official_metrics.json").read_text(encoding="utf-8"))
+    assert set(official) == {"GTPA", "GTPA@1", "DDR", "DDP", "DDF1", "IL"}
+    for key, value in official.items():
+        expected = value if key == "IL" else value * 100
+        # 1e-6: the official F1 adds 1e-10 to its denominator.
+        assert ours[key] == pytest.approx(expected, abs=1e-6), key
+    assert 0 < ours["GTPA@1"] < 100  # the ties decide part of it
