@@ -134,7 +134,8 @@ def test_a_lost_process_frees_its_places_one_window_after_its_lease(db_url: str)
     store = open_store(db_url)
     lost = SharedWindowLimiter(store, "http://judge.invalid/v1", "m", 1, 100, 0.2, lease_s=0.3)
     slot_id, _ = lost._admit(10)  # admitted, then the process "dies": never finished, never renewed
-    lost._in_flight.discard(slot_id)
+    with lost._freed:
+        lost._in_flight.discard(slot_id)
     survivor = SharedWindowLimiter(store, "http://judge.invalid/v1", "m", 1, 100, 0.2, lease_s=0.3)
     with survivor.slot(10) as waited:
         assert 0.3 + 0.2 - 0.05 <= waited < 2.0

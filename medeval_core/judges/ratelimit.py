@@ -15,7 +15,9 @@ The places are rows of the store (``medeval_core.store.judge_budget``), so two r
 one run on several hosts, share one budget. A request in flight holds a lease that its process renews; a process
 that dies stops renewing, and its places come back one window after their leases ran out. Within a process, one
 thread at a time asks the store for a place (the others queue here), and a place freed here wakes the queue at
-once; places freed by other processes are seen when the window says they leave, or by looking again.
+once; places freed by other processes are seen when the window says they leave, or by looking again. An answer is
+written to the store with the process's next admission (one transaction per request in the steady state), or by a
+keeper thread within a tenth of a second when none follows.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from contextlib import contextmanager, suppress
 
 from medeval_core.store import Store, judge_budget
 from medeval_core.store.judge_budget import Budget
+
+TIDY_EVERY = 64
+"""Every this many admissions, one also deletes the rows that left the window."""
 
 DEFAULT_LEASE_S = 30.0
 """How long a request in flight keeps its place without its process renewing it (a dead process's places come
@@ -46,10 +51,14 @@ class SharedWindowLimiter:
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # Places held elsewhere free without telling this process: look again this often while none is due.
         self.poll_s = min(window_s / 20, 0.25)
+        # Answers no admission wrote along are written this often, so other processes see the places freed.
+        self.flush_s = min(self.poll_s, 0.1)
         self._turn = threading.Lock()
         self._freed = threading.Condition()
         self._in_flight: set[int] = set()
-        self._renewer: threading.Thread | None = None
+        self._unwritten: list[int] = []
+        self._admissions = 0
+        self._keeper: threading.Thread | None = None
 
     @property
     def max_requests(self) -> int:
@@ -82,47 +91,54 @@ class SharedWindowLimiter:
         started = time.monotonic()
         with self._turn:
             while True:
-                admission = self.store.ride_out_outage(judge_budget.admit, self.store.engine, self.endpoint,
-                                                       self.holder, tokens, self.budget)
+                with self._freed:
+                    finished, self._unwritten = self._unwritten, []
+                self._admissions += 1
+                admission = self.store.ride_out_outage(
+                    judge_budget.admit, self.store.engine, self.endpoint, self.holder, tokens, self.budget,
+                    finished=finished, tidy=self._admissions % TIDY_EVERY == 0)
                 if admission.slot_id is not None:
                     with self._freed:
                         self._in_flight.add(admission.slot_id)
-                        self._start_renewing()
+                        self._start_keeping()
                     return admission.slot_id, time.monotonic() - started
                 with self._freed:
                     self._freed.wait(self.poll_s if admission.room_in_s is None
                                      else max(admission.room_in_s, 0.001))
 
     def _finish(self, slot_id: int) -> None:
+        """The answer came back. Written with this process's next admission, or by the keeper within
+        ``flush_s``: until then the place stays held, which frees it later, never sooner."""
         with self._freed:
             self._in_flight.discard(slot_id)
-        # Not stored: the place then stays held until its lease runs out, which frees it later, never sooner.
-        with suppress(Exception):
-            self.store.ride_out_outage(judge_budget.finish, self.store.engine, slot_id)
-        with self._freed:
+            self._unwritten.append(slot_id)
+            self._start_keeping()
             self._freed.notify_all()
 
-    def _start_renewing(self) -> None:
-        if self._renewer is None or not self._renewer.is_alive():
-            self._renewer = threading.Thread(target=self._renew, name=f"judge-budget-{self.holder}", daemon=True)
-            self._renewer.start()
+    def _start_keeping(self) -> None:
+        if self._keeper is None or not self._keeper.is_alive():
+            self._keeper = threading.Thread(target=self._keep, name=f"judge-budget-{self.holder}", daemon=True)
+            self._keeper.start()
 
-    def _renew(self) -> None:
-        """Keep the leases of this process's requests in flight; ends when none is left."""
+    def _keep(self) -> None:
+        """Write finished requests that no admission took along, and renew the leases of this process's
+        requests in flight; ends when there is nothing left to write or renew."""
+        renewed = time.monotonic()
         while True:
-            time.sleep(self.budget.lease_s / 3)
+            time.sleep(self.flush_s)
             with self._freed:
+                finished, self._unwritten = self._unwritten, []
                 held = sorted(self._in_flight)
-            if not held:
-                with self._freed:
-                    if not self._in_flight:
-                        self._renewer = None
-                        return
-                continue
-            try:
-                judge_budget.renew(self.store.engine, held, self.budget.lease_s)
-            except Exception:  # noqa: BLE001 - a missed renewal ends the lease sooner: the place is freed later
-                continue
+                if not finished and not held:
+                    self._keeper = None
+                    return
+            # A write that fails leaves those places held until their leases run out: freed later, never sooner.
+            with suppress(Exception):
+                judge_budget.finish(self.store.engine, finished)
+            if held and time.monotonic() - renewed >= self.budget.lease_s / 3:
+                with suppress(Exception):
+                    judge_budget.renew(self.store.engine, held, self.budget.lease_s)
+                renewed = time.monotonic()
 
 
 _limiters: dict[tuple[str, str, int, int, float], SharedWindowLimiter] = {}

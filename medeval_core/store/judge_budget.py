@@ -81,15 +81,22 @@ def _endpoint_transaction(engine: Engine, endpoint: str) -> Iterator[Connection]
         yield connection
 
 
-def admit(engine: Engine, endpoint: str, holder: str, tokens: int, budget: Budget) -> Admission:
-    """Take a place in the endpoint's budget for one request of ``tokens`` when both budgets have room."""
+def admit(engine: Engine, endpoint: str, holder: str, tokens: int, budget: Budget, finished: Sequence[int] = (),
+          tidy: bool = False) -> Admission:
+    """Take a place in the endpoint's budget for one request of ``tokens`` when both budgets have room. The same
+    transaction first marks ``finished`` (this process's requests answered since it last wrote) as finished now,
+    which frees them later than their answers did, never sooner; ``tidy`` also deletes the rows that left the
+    window (done now and then: the admission itself only reads the rows still in it)."""
     slots = _table()
     with _endpoint_transaction(engine, endpoint) as connection:
         now = _now(connection)
+        _mark_finished(connection, finished, now)
         released = func.coalesce(slots.c.finished_at, slots.c.expires_at)
-        connection.execute(slots.delete().where(slots.c.endpoint == endpoint, released <= now - budget.window_s))
+        if tidy:
+            connection.execute(slots.delete().where(slots.c.endpoint == endpoint,
+                                                    released <= now - budget.window_s))
         rows = connection.execute(select(slots.c.finished_at, slots.c.expires_at, slots.c.tokens)
-                                  .where(slots.c.endpoint == endpoint)).all()
+                                  .where(slots.c.endpoint == endpoint, released > now - budget.window_s)).all()
         used = sum(row.tokens for row in rows)
         if len(rows) < budget.max_requests and used + tokens <= budget.max_tokens:
             inserted = connection.execute(slots.insert().values(
@@ -107,11 +114,17 @@ def admit(engine: Engine, endpoint: str, holder: str, tokens: int, budget: Budge
     return Admission(slot_id=None)
 
 
-def finish(engine: Engine, slot_id: int) -> None:
-    """The request's answer (or failure) came back: its place is freed one window from now."""
-    slots = _table()
+def _mark_finished(connection: Connection, slot_ids: Sequence[int], now: float) -> None:
+    if slot_ids:
+        slots = _table()
+        connection.execute(slots.update().where(slots.c.id.in_(list(slot_ids)), slots.c.finished_at.is_(None))
+                           .values(finished_at=now))
+
+
+def finish(engine: Engine, slot_ids: Sequence[int]) -> None:
+    """The requests' answers (or failures) came back: their places are freed one window from now."""
     with engine.begin() as connection:
-        connection.execute(slots.update().where(slots.c.id == slot_id).values(finished_at=_now(connection)))
+        _mark_finished(connection, slot_ids, _now(connection))
 
 
 def renew(engine: Engine, slot_ids: Sequence[int], lease_s: float) -> None:
