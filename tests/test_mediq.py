@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from medeval_core import service
@@ -99,6 +100,18 @@ def test_offline_patient_answers_only_with_its_own_facts_or_refuses(imedqa, craf
     assert fever.facts == [2] and fever.text == case.facts[2] and fever.similarities[0] >= 0.35
     assert patient.answer("Have you travelled abroad recently?").text == REFUSAL
     assert patient.answer("What is your blood pressure?").text == "Her blood pressure is 114/82 mmHg."
+
+
+def test_a_prepared_patient_answers_as_an_unprepared_one(imedqa):
+    questions = [*QUESTIONS, "Do you have a fever?", "  What is your   blood pressure? "]
+    for case in imedqa.cases[:5]:
+        prepared = FactSelectPatient(case)
+        prepared.prepare(questions)
+        for question in questions:
+            normalised = " ".join(question.split())
+            expected, got = FactSelectPatient(case).answer(normalised), prepared.answer(normalised)
+            assert (got.text, got.facts) == (expected.text, expected.facts)
+            assert np.allclose(got.similarities, expected.similarities, atol=1e-3)
 
 
 def test_a_fact_stating_the_correct_option_is_never_given(craft):
