@@ -1,16 +1,20 @@
 """Store throughput: results written per second through the batch runner's real path, and the runs page's
 summary over 100,000 results.
 
-- write: ``BatchRunner`` (group commit through ``Store.save_case_records``) over N instant cases (one turn each,
-  a boolean and a numeric metric), W workers, a real SQLite file in a temporary folder. Target >= 5,000/s.
-  Beside it, the old per-result path (``Store.save_result`` once per case, as the runner did before group
-  commit) on a smaller count, as the baseline (the previous main measured 137-250/s).
+- write: ``BatchRunner`` (claims, group commit through ``Store.save_case_records``) over N instant cases (one
+  turn each, a boolean and a numeric metric), W workers, a real SQLite file in a temporary folder. Its baseline,
+  interleaved with it over ``--rounds`` rounds: the same rows (one result and one turn per case, the values as
+  the runner stores them, JSON serialised inside the timing) written by the plain driver into the same tables,
+  1,000 cases per transaction: ``sqlite3`` ``executemany`` (``plain_sqlite3_per_s``), and on PostgreSQL psycopg
+  ``executemany`` and ``COPY``. Targets: the runner >= 0.5x plain sqlite3; on PostgreSQL (``--db-url``) the
+  runner at 4 workers >= the SQLite runner's rate (run both and compare). Also printed: the old per-result path
+  (``Store.save_result`` once per case) on a smaller count.
 - summary: a run of 100,000 results (25,000 cases x 4 repetitions, three metrics), the runs page's summary
   uncached: ``compare.run_summaries`` loading the run's metrics (``Store.metric_rows``) and summarising them.
   Target <= 1 s. Printed beside it: the full path (``Store.results`` then ``compare.summarize_metrics``) and the
   cached ``run_summaries`` on an unchanged run.
 
-    .venv/bin/python bench/store_bench.py [--cases 20000] [--workers 4] [--summary-results 100000]
+    .venv/bin/python bench/store_bench.py [--cases 20000] [--workers 1] [--rounds 3] [--summary-results 100000]
                                           [--db-url URL] [--json]
 
 With ``--json`` the last line is ``{"results_per_s": ..., "summary_s": ...}`` (plus the other figures). With
@@ -22,11 +26,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -34,12 +46,21 @@ if str(REPO) not in sys.path:
 
 from medeval_core.benchmark import CaseContext  # noqa: E402
 from medeval_core.compare import clear_summary_cache, run_summaries, summarize_metrics  # noqa: E402
-from medeval_core.records import Case, CaseOutcome, CaseRecords, CaseResult, CaseStatus, RunConfig  # noqa: E402
+from medeval_core.records import (  # noqa: E402
+    Case,
+    CaseOutcome,
+    CaseRecords,
+    CaseResult,
+    CaseStatus,
+    RunConfig,
+    utc_now,
+)
 from medeval_core.runner import BatchRunner  # noqa: E402
 from medeval_core.settings import load_settings  # noqa: E402
 from medeval_core.store import Store  # noqa: E402
 
-WRITE_TARGET = 5_000.0
+WRITE_TARGET_RATIO = 0.5
+PLAIN_BATCH = 1_000
 SUMMARY_TARGET_S = 1.0
 
 
@@ -65,6 +86,56 @@ def bench_runner(store: Store, n_cases: int, workers: int) -> float:
     if report.done != n_cases:
         raise SystemExit(f"The runner finished {report.done} of {n_cases} cases.")
     return n_cases / elapsed
+
+
+def plain_rows(run_id: str, n_cases: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The result and turn rows the runner writes for ``instant_case`` (JSON columns serialised here)."""
+    now = utc_now()
+    results, turns = [], []
+    for i in range(n_cases):
+        case_id = f"case-{i:06d}"
+        results.append((run_id, case_id, 0, "ok", json.dumps({"answer": i % 7}),
+                        json.dumps({"correct": i % 3 != 0, "cost": float(i % 11)}), "{}", None, now, now))
+        turns.append((run_id, case_id, 0, 0, "bench", "answer", json.dumps({"case": case_id}), 0.0, now))
+    return results, turns
+
+
+RESULT_COLUMNS = "run_id, case_id, repetition, status, output, metrics, scores, error, started_at, finished_at"
+TURN_COLUMNS = 'run_id, case_id, repetition, "index", actor, action, payload, cost, created_at'
+
+
+def bench_plain(store: Store, url: str, n_cases: int, method: str) -> float:
+    """The same rows through the plain driver: ``sqlite3``/psycopg ``executemany`` or psycopg ``COPY``."""
+    run_id = new_run(store, f"plain-{method}", n_cases)
+    started = time.perf_counter()
+    results, turns = plain_rows(run_id, n_cases)
+    if store.engine.dialect.name == "sqlite":
+        lite = sqlite3.connect(make_url(url).database or "", timeout=30)
+        for start in range(0, n_cases, PLAIN_BATCH):
+            with lite:  # one transaction per chunk
+                lite.executemany(f"INSERT INTO case_results ({RESULT_COLUMNS}) VALUES "
+                                 f"({', '.join('?' * 10)})", results[start:start + PLAIN_BATCH])
+                lite.executemany(f"INSERT INTO turns ({TURN_COLUMNS}) VALUES ({', '.join('?' * 9)})",
+                                 turns[start:start + PLAIN_BATCH])
+        lite.close()
+        return n_cases / (time.perf_counter() - started)
+    import psycopg
+
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo) as connection:
+        for start in range(0, n_cases, PLAIN_BATCH):
+            with connection.transaction(), connection.cursor() as cursor:
+                chunk = {"case_results": (RESULT_COLUMNS, results[start:start + PLAIN_BATCH]),
+                         "turns": (TURN_COLUMNS, turns[start:start + PLAIN_BATCH])}
+                for table, (columns, rows) in chunk.items():
+                    if method == "copy":
+                        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                            for row in rows:
+                                copy.write_row(row)
+                    else:
+                        marks = ", ".join("%s" for _ in rows[0])
+                        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+    return n_cases / (time.perf_counter() - started)
 
 
 def bench_save_result(store: Store, n_cases: int) -> float:
@@ -107,7 +178,8 @@ def bench_summary(store: Store, n_results: int, repetitions: int = 4) -> tuple[f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=20_000, help="cases through the runner (default 20000)")
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of runner and plain driver")
     parser.add_argument("--baseline-cases", type=int, default=500,
                         help="results through the old per-result save_result path (0: skip)")
     parser.add_argument("--summary-results", type=int, default=100_000)
@@ -118,20 +190,35 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="medeval-store-bench-") as folder:
         url = args.db_url or f"sqlite:///{Path(folder) / 'bench.db'}"
         store = Store(url)
-        rate = bench_runner(store, args.cases, args.workers)
+        plain = ["sqlite3"] if store.engine.dialect.name == "sqlite" else ["executemany", "copy"]
+        sides: dict[str, Callable[[], float]] = {
+            "runner": partial(bench_runner, store, args.cases, args.workers),
+            **{f"plain {method}": partial(bench_plain, store, url, args.cases, method) for method in plain}}
+        rates: dict[str, list[float]] = {name: [] for name in sides}
+        for round_number in range(args.rounds):
+            for name in (list(sides) if round_number % 2 == 0 else list(reversed(sides))):
+                rates[name].append(sides[name]())
         baseline = bench_save_result(store, args.baseline_cases) if args.baseline_cases else None
         summary_s, full_s, cached_s = bench_summary(store, args.summary_results)
         store.engine.dispose()
 
-    print(f"runner (group commit), {args.cases} cases, {args.workers} workers: {rate:,.0f} results/s "
-          f"(target >= {WRITE_TARGET:,.0f})")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(f"writes on {store.engine.dialect.name}, {args.cases} cases per pass, {args.rounds} rounds interleaved, "
+          f"runner at {args.workers} workers; load average {os.getloadavg()[0]:.2f}")
+    for name, values in rates.items():
+        print(f"  {name:<18} median {medians[name]:9,.0f} results/s (min {min(values):9,.0f})")
+    reference = medians[f"plain {plain[0]}"]
+    ratio = medians["runner"] / reference
+    print(f"  ratio runner / plain {plain[0]}: {ratio:.2f}x (target >= {WRITE_TARGET_RATIO}x)")
     if baseline is not None:
         print(f"old path (Store.save_result per result), {args.baseline_cases} results: {baseline:,.0f} results/s")
     print(f"runs page summary over {args.summary_results} results: {summary_s:.3f} s (target <= "
           f"{SUMMARY_TARGET_S} s); Store.results + summarize_metrics: {full_s:.3f} s; cached: {cached_s * 1000:.1f} ms")
-    ok = rate >= WRITE_TARGET and summary_s <= SUMMARY_TARGET_S
+    ok = ratio >= WRITE_TARGET_RATIO and summary_s <= SUMMARY_TARGET_S
     if args.json:
-        print(json.dumps({"results_per_s": round(rate, 1), "summary_s": round(summary_s, 4),
+        print(json.dumps({"results_per_s": round(medians["runner"], 1), "ratio": round(ratio, 3),
+                          **{f"plain_{method}_per_s": round(medians[f"plain {method}"], 1) for method in plain},
+                          "summary_s": round(summary_s, 4),
                           "save_result_per_s": None if baseline is None else round(baseline, 1),
                           "results_and_summarize_s": round(full_s, 4), "summary_cached_s": round(cached_s, 5),
                           "cases": args.cases, "workers": args.workers, "summary_results": args.summary_results,

@@ -27,6 +27,18 @@ CHROMIUM_ARGS = [
     "--disable-sync", "--no-first-run", "--disable-quic",
 ]
 
+# Modules whose tests load a real model (the all-MiniLM-L6-v2 encoder, a tiny random Qwen2.5-VL): marked `slow`, so
+# `pytest -m "not slow"` gives a quick local loop; `make test` and CI run them all.
+SLOW_MODULES = {"test_embeddings", "test_mediq", "test_dynamicare", "test_sdbench_gatekeeper", "test_icd9_hitk",
+                "test_vlm_transformers", "test_ddi_runs", "test_lesion_page"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 if not os.environ.get("MEDEVAL_DATA_DIR"):
     # The rule the CLI and the app apply, so that helpers reading the variable see the same folder.
     os.environ["MEDEVAL_DATA_DIR"] = str(default_data_dir())

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from medeval_core import service
@@ -119,6 +120,18 @@ def test_facts_stating_the_answer_are_given_as_mediq_does_unless_the_run_withhol
     assert MediqSolver(chosen, None).patient(case, ctx(case.case_id)).allowed == [
         i for i in range(len(case.facts)) if i not in stating]
     assert MediqSolver(plain, None).patient(case, ctx(case.case_id)).allowed == list(range(len(case.facts)))
+
+
+def test_a_prepared_patient_answers_as_an_unprepared_one(imedqa):
+    questions = [*QUESTIONS, "Do you have a fever?", "  What is your   blood pressure? "]
+    for case in imedqa.cases[:5]:
+        prepared = FactSelectPatient(case)
+        prepared.prepare(questions)
+        for question in questions:
+            normalised = " ".join(question.split())
+            expected, got = FactSelectPatient(case).answer(normalised), prepared.answer(normalised)
+            assert (got.text, got.facts) == (expected.text, expected.facts)
+            assert np.allclose(got.similarities, expected.similarities, atol=1e-3)
 
 
 def _backend(server, model="fake"):

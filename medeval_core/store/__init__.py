@@ -599,7 +599,7 @@ class Store:
                     connection.execute(table.delete().where(
                         table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition))
             if keep:
-                connection.execute(results_table.insert(), [item.result.model_dump() for item in keep])
+                _insert_rows(connection, results_table, [item.result.model_dump() for item in keep])
                 for table, records in (
                     (_table(TurnRow), [t for item in keep for t in item.turns]),
                     (_table(JudgementRow), [j for item in keep for j in item.judgements]),
@@ -607,7 +607,7 @@ class Store:
                 ):
                     if records:
                         now = utc_now()
-                        connection.execute(table.insert(), [{"created_at": now, **r.model_dump()} for r in records])
+                        _insert_rows(connection, table, [{"created_at": now, **r.model_dump()} for r in records])
         return written
 
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
@@ -902,6 +902,31 @@ def _insert_queue(connection: Connection, run_id: str, keys: Sequence[QueueKey])
         f"INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
         f"VALUES ({mark}, {mark}, {mark}, {mark}, 0, false)",
         [(run_id, *key) for key in keys])
+
+
+def _insert_rows(connection: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``rows`` (dicts with the same keys, column names) in the connection's transaction: COPY on
+    PostgreSQL, one driver-level ``executemany`` on SQLite. Each value goes through its column type's own bind
+    processor, so what is stored is what ``table.insert()`` would store; SQLAlchemy's generic per-row parameter
+    handling (about 45 % of a runner's write at thousands of results per second) is skipped."""
+    if not rows:
+        return
+    dialect = connection.dialect
+    keys = list(rows[0])
+    processors = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
+    values = [tuple(value if process is None else process(value)
+                    for value, process in zip((row[key] for key in keys), processors, strict=True))
+              for row in rows]
+    quote = dialect.identifier_preparer
+    columns = ", ".join(quote.format_column(table.c[key]) for key in keys)
+    if dialect.name == "postgresql":
+        with connection.connection.driver_connection.cursor() as cursor:  # type: ignore[union-attr]
+            with cursor.copy(f"COPY {quote.format_table(table)} ({columns}) FROM STDIN") as copy:
+                for value in values:
+                    copy.write_row(value)
+        return
+    marks = ", ".join(("?" if dialect.paramstyle == "qmark" else "%s") for _ in keys)
+    connection.exec_driver_sql(f"INSERT INTO {quote.format_table(table)} ({columns}) VALUES ({marks})", values)
 
 
 def _table(model: type[SQLModel]) -> Table:

@@ -79,7 +79,10 @@ class MediqSolver:
         return ReplayExpert(line)
 
     def __call__(self, case: MediqCase, ctx: CaseContext) -> MediqOutput:
-        return consult(self.expert(case, ctx), case, self.patient(case, ctx), ctx,
+        expert, patient = self.expert(case, ctx), self.patient(case, ctx)
+        if isinstance(expert, ReplayExpert) and isinstance(patient, FactSelectPatient):
+            patient.prepare(expert.questions())
+        return consult(expert, case, patient, ctx,
                        max_questions=self.params.max_questions, baseline=self.params.baseline)
 
 

@@ -211,6 +211,10 @@ class ReplayExpert:
     def initial_choice(self) -> str | None:
         return self.line.initial_choice
 
+    def questions(self) -> list[str]:
+        """The questions the file asks, in order (what a patient can encode ahead)."""
+        return [action.text for action in self.line.actions if action.kind == "question"]
+
     def describe(self) -> dict[str, Any]:
         return {"expert": self.name}
 

@@ -16,7 +16,8 @@ Every answer carries the facts it used (0-based positions in ``case.facts``), st
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +25,9 @@ from medeval_core.backends.chat import ChatBackend, Message, ask_until_valid, js
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.mediq.cases import MediqCase
 from medeval_core.prompts import fill, load_prompt
+
+if TYPE_CHECKING:
+    from medeval_core.embeddings import EmbeddingIndex
 
 REFUSAL = "The patient cannot answer this question, please do not ask this question again."
 DEFAULT_THRESHOLD = 0.35
@@ -70,19 +74,34 @@ class FactSelectPatient:
 
     def __init__(self, case: MediqCase, threshold: float = DEFAULT_THRESHOLD,
                  max_facts: int = DEFAULT_MAX_FACTS, withhold_answer_facts: bool = False) -> None:
-        from medeval_core.embeddings import EmbeddingIndex
-
         self.case = case
         self.threshold = threshold
         self.max_facts = max_facts
         self.withhold_answer_facts = withhold_answer_facts
         self.allowed = answerable_facts(case, withhold_answer_facts)
-        self._index = EmbeddingIndex([case.facts[i] for i in self.allowed])
+        self._facts = [case.facts[i] for i in self.allowed]
+        self._index: EmbeddingIndex | None = None
+
+    def prepare(self, questions: Sequence[str]) -> None:
+        """Encode the facts and the questions known ahead (a replay expert's) in one encoder call, so that each
+        answer then only looks its question up."""
+        from medeval_core.embeddings import encode_remembered
+
+        encode_remembered([*self._facts, *(" ".join(question.split()) for question in questions)])
+
+    def _search_index(self, question: str) -> EmbeddingIndex:
+        from medeval_core.embeddings import EmbeddingIndex, encode_remembered
+
+        if self._index is None:
+            # The facts are encoded with the first question, in one call.
+            vectors = encode_remembered([*self._facts, question])[:len(self._facts)]
+            self._index = EmbeddingIndex(self._facts, vectors=vectors)
+        return self._index
 
     def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer:
         if not question.strip():
             return refusal()
-        matches = self._index.search(question, threshold=self.threshold, limit=self.max_facts)
+        matches = self._search_index(question).search(question, threshold=self.threshold, limit=self.max_facts)
         if not matches:
             return refusal()
         chosen = sorted(matches, key=lambda match: self.allowed[match.index])
