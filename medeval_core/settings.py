@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -165,6 +166,8 @@ class EnvironmentOverrides(BaseModel):
     data_dir: Path | None = None
     db_url: str | None = None
     config_dir: Path | None = None
+    sign_in_hours: float = Field(default=12.0, gt=0)
+    """How long an annotator's sign-in lasts in a browser (reloads and new tabs included) before it asks again."""
     roles: dict[str, RoleOverride] = {}
 
 
@@ -297,6 +300,16 @@ def load_settings(environ: Mapping[str, str] | None = None,
         judges=_judge_settings(config_dir),
         roles=_apply_role_overrides(roles, env),
     )
+
+
+def sign_in_lifetime(environ: Mapping[str, str] | None = None) -> timedelta:
+    """``MEDEVAL_SIGN_IN_HOURS`` (12 unless set). Not part of ``Settings``: it changes no result, so it must not change
+    the settings hash runs store."""
+    try:
+        env = EnvironmentOverrides.model_validate(_env_kwargs(os.environ if environ is None else environ))
+    except ValidationError as exc:
+        raise SettingsError(f"MEDEVAL_SIGN_IN_HOURS must be a positive number of hours: {exc}") from exc
+    return timedelta(hours=env.sign_in_hours)
 
 
 def _variable_name(loc: tuple[int | str, ...]) -> str:
