@@ -19,6 +19,18 @@ st.caption("Question a simulated DDXPlus patient as an agent would: each questio
 
 settings = current_settings()
 store = current_store()
+
+
+def ask_question(walk: wt.Walkthrough, code: str) -> None:
+    """Ask; once asked the search is emptied for the next question (a refused question keeps it)."""
+    try:
+        wt.ask(store, walk, code)
+    except (wt.WalkthroughError, EpisodeError) as exc:
+        st.session_state["ddx_error"] = str(exc)
+    else:
+        st.session_state["ddx_search"] = ""
+
+
 try:
     res = wt.resources(settings)
 except wt.WalkthroughError as exc:
@@ -83,13 +95,10 @@ if not walk.finished:
         code = st.selectbox(f"Question ({len(matches)} matching)", matches, key="ddx_question",
                             format_func=lambda c: f"{c}: {res.kb.question_text(c)}")
         ask_col, hint_col = st.columns([1, 2])
-        if ask_col.button("Ask", key="ddx_ask", disabled=walk.questions_left <= 0):
-            try:
-                wt.ask(store, walk, code)
-            except (wt.WalkthroughError, EpisodeError) as exc:
-                st.error(literal(exc))
-            else:
-                st.rerun()
+        ask_col.button("Ask", key="ddx_ask", disabled=walk.questions_left <= 0, on_click=ask_question,
+                       args=(walk, code))
+        if error := st.session_state.pop("ddx_error", None):
+            st.error(literal(error))
         if hint_col.button("What would KB-Bayes ask next?", key="ddx_hint"):
             hint = wt.suggest(res, walk)
             leading = literal(", ".join(f"{name} {mass:.0%}" for name, mass in hint.leading[:3]))
