@@ -244,10 +244,11 @@ def _reopening_page(benchmark: str) -> PageInfo | None:
 
 
 def session_listings(store: Store) -> list[SessionListing]:
+    """Past sessions with their own state (open, finished, abandoned, closed, failed; never *running*)."""
     listings = []
-    for row in store.list_runs():
-        if row.kind != RunKind.SESSION:
-            continue
+    rows = [row for row in store.list_runs() if row.kind == RunKind.SESSION]
+    steps = store.last_turn_times([row.id for row in rows])
+    for row in rows:
         results = store.results(row.id)
         result = results[0] if results else None
         output = result.output if result else {}
@@ -255,7 +256,8 @@ def session_listings(store: Store) -> list[SessionListing]:
         response = output.get("response") or output.get("final_diagnosis") or ""
         page = _reopening_page(row.benchmark)
         listings.append(SessionListing(
-            run_id=row.id, benchmark=row.benchmark, created_at=row.created_at, status=row.status,
+            run_id=row.id, benchmark=row.benchmark, created_at=row.created_at,
+            status=service.session_state(row.status, steps.get(row.id) or row.started_at or row.created_at),
             reopen_page=page.path if page else None, reopen_query=page.reopen_query if page else None,
             image=str(image.get("name", "")) if image else "", response=str(response)[:200],
             verdict=_verdict_text(result) if result else "",

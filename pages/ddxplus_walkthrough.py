@@ -8,6 +8,7 @@ from medeval_core.benchmarks.ddxplus.interaction import EpisodeError
 from medeval_core.context import current_settings, current_store
 from medeval_core.metrics.ddxplus import METRIC_KEYS
 from medeval_core.plaintext import literal
+from medeval_core.session_controls import session_controls
 
 PICK_MODES = {"random": "At random", "pathology": "At random, with a given pathology", "index": "By row"}
 SEXES = {"M": "male", "F": "female"}
@@ -74,6 +75,7 @@ right.metric("Questions asked", f"{len(walk.asked)} / {walk.max_questions}")
 st.markdown(f"**Reason for consulting** ({literal(intake.initial_evidence)}): {literal(intake.initial_question)} "
             "— **yes**")
 st.caption(f"Walkthrough {walk.id} on row {patient.row}; the link in the address bar brings it back.")
+session_controls(store, walk.id, "walkthrough", walk.finished)
 
 st.subheader("Dialogue")
 turns = wt.dialogue(walk)

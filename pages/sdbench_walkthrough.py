@@ -7,6 +7,7 @@ import streamlit as st
 
 from medeval_core.benchmarks.sdbench import walkthrough as wt
 from medeval_core.context import current_settings, current_store
+from medeval_core.session_controls import session_controls
 
 MODES = {"questions": "Ask questions", "tests": "Order tests", "diagnosis": "Commit a diagnosis"}
 
@@ -82,6 +83,7 @@ st.subheader("Case summary")
 st.text(walk.case.case_summary)
 st.caption(f"Walkthrough {walk.id} on case {walk.case.case_id}; the link in the address bar brings it back. "
            f"Gatekeeper: {walk.params.gatekeeper}; judge: {walk.params.judge}.")
+session_controls(store, walk.id, "walkthrough", walk.finished)
 
 visits, visit_cost, test_cost = wt.running_cost(walk)
 columns = st.columns(4)
