@@ -67,7 +67,8 @@ def signed_in(store: Store) -> Annotator | None:
 def _token() -> str | None:
     if TOKEN_KEY in st.session_state:
         return st.session_state[TOKEN_KEY]
-    return st.context.cookies.get(COOKIE)
+    cookie = st.context.cookies.get(COOKIE)
+    return cookie if isinstance(cookie, str) else None  # a script run without a browser (AppTest) has no cookies
 
 
 def keep_sign_in_cookie() -> None:
