@@ -86,7 +86,7 @@ def show_status() -> None:
     st.subheader("Models")
     for backend in backends_status(settings):
         label = f"{backend.backend} {backend.model}".strip()
-        st.markdown(f"{':material/check_circle:' if backend.configured else ':material/cancel:'} "
+        st.markdown(f"{':material/check_circle:' if backend.working else ':material/cancel:'} "
                     f"**{literal(backend.role)}**: {literal(label)}")
 
 
