@@ -11,10 +11,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from medeval_core.annotation.gate import queue_only
+from medeval_core.annotation.gate import Access, access, keep_sign_in_cookie, sign_in_form, signed_in_box
 from medeval_core.catalog import ANNOTATION_PAGES, ANNOTATOR_PAGES, pages
 from medeval_core.context import current_settings, current_store
 from medeval_core.plaintext import literal
+from medeval_core.registry import PageInfo
 from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
 
@@ -22,33 +23,47 @@ st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", lay
 st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
 
 
-def serve_queue_only() -> bool:
+def current_access() -> Access:
     try:
-        return queue_only(current_store())
+        return access(current_store())
     except Exception:  # noqa: BLE001 - whatever keeps the store from opening, the sidebar's store status reports
-        return False
+        return Access(annotator=None, accounts=False)
 
 
-# Annotation is blinded: a signed-in clinician, and anyone not signed in once annotator accounts exist, get only the
-# annotation queue (and its sign-in), with no navigation menu and no sidebar status (they name runs and models).
-# The queue keeps its own URL (/annotate) rather than becoming the default page, so a reload, which starts a new
-# session that is not signed in yet, lands on its sign-in again.
-blinded = serve_queue_only()
-if blinded:
+def page_of(info: PageInfo) -> st.Page:
+    return st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path,
+                   default=info.url_path == "home")
+
+
+# Annotation is blinded: a signed-in clinician, and anyone not signed in once annotator accounts exist, get no
+# navigation menu and no sidebar status (they name runs and models). A sign-in outlives the browser session (see
+# gate.py), so a reload or a new tab stays signed in; signed out, every URL shows only the sign-in, and the page it
+# names runs once signed in (a deep link is kept).
+gate = current_access()
+blinded = gate.must_sign_in or gate.queue_only
+if gate.must_sign_in:
+    navigation = st.navigation([page_of(info) for info in pages()], position="hidden")
+elif gate.queue_only:
     queue = [st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path) for info in ANNOTATOR_PAGES]
 
     def to_the_queue() -> None:
         st.switch_page(queue[0])
 
-    navigation = st.navigation([st.Page(to_the_queue, title="Home", url_path="home", default=True), *queue],
-                               position="hidden")
+    # Every other page's URL leads to the queue, so a link a clinician follows never ends on "Page not found".
+    elsewhere = [st.Page(to_the_queue, title=info.title, url_path=info.url_path, default=info.url_path == "home")
+                 for info in pages() if info not in ANNOTATOR_PAGES]
+    navigation = st.navigation([*elsewhere, *queue], position="hidden")
 else:
     sections: dict[str, list] = {}
     for info in pages():
-        sections.setdefault(info.section, []).append(
-            st.Page(info.path, title=info.title, icon=info.icon, url_path=info.url_path,
-                    default=info.url_path == "home"))
+        sections.setdefault(info.section, []).append(page_of(info))
     navigation = st.navigation(sections)
+keep_sign_in_cookie()
+if gate.must_sign_in:
+    sign_in_form(current_store())
+    st.stop()
+if gate.annotator is not None:
+    signed_in_box(current_store(), gate.annotator)
 
 
 def show_status() -> None:
@@ -71,7 +86,7 @@ def show_status() -> None:
     st.subheader("Models")
     for backend in backends_status(settings):
         label = f"{backend.backend} {backend.model}".strip()
-        st.markdown(f"{':material/check_circle:' if backend.configured else ':material/cancel:'} "
+        st.markdown(f"{':material/check_circle:' if backend.working else ':material/cancel:'} "
                     f"**{literal(backend.role)}**: {literal(label)}")
 
 

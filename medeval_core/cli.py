@@ -9,6 +9,7 @@ run ends with the one ``RunSummary`` printer. Only light modules are imported to
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import sys
@@ -245,12 +246,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)command parser the parsed ``args`` went to, so an unknown option is matched against its options."""
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return chosen_command(action.choices[chosen], args)
+    return parser
+
+
+def unknown_options_message(command: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """``unknown option --patinets; did you mean --patients?`` for each unknown option (difflib's closest)."""
+    known = [option for action in command._actions for option in action.option_strings]
+    options = [given for given in unknown if given.startswith("-")]
+    if not options:  # only stray values
+        return f"unexpected arguments: {' '.join(unknown)}; see `{command.prog} --help`"
+    parts = []
+    for given in options:
+        name = given.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        parts.append(f"unknown option {name}" + (f"; did you mean {close[0]}?" if close else
+                                                  f"; see `{command.prog} --help`"))
+    return "; ".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # Only a command that hands its unknown options on (``serve`` -> ``streamlit run``) accepts them.
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "passes_unknown_options", False):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.error(unknown_options_message(chosen_command(parser, args), unknown))
     args.unknown_options = unknown
     try:
         return int(args.handler(args) or 0)

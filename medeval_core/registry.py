@@ -39,6 +39,7 @@ class ModelRole(BaseModel):
     name: str
     description: str
     title: str = Field(default="", description="how the sidebar and the Models page name the role (else its name)")
+    offline: bool = Field(default=False, description="an offline stand-in works when no model serves the role")
 
 
 class BenchmarkSpec(BaseModel):
@@ -130,6 +131,11 @@ def role_titles() -> dict[str, str]:
             if role.title:
                 titles.setdefault(role.name, role.title)
     return titles
+
+
+def offline_roles() -> set[str]:
+    """Roles with an offline stand-in that works when no model serves them."""
+    return {role.name for item in specs().values() for role in item.model_roles if role.offline}
 
 
 def model_roles() -> dict[str, list[str]]:

@@ -8,7 +8,6 @@ record is what the runner stored with it (turns, judge attempts, model calls).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -22,9 +21,10 @@ from medeval_core import registry, service
 from medeval_core.benchmark import Metric, RunSummary
 from medeval_core.compare import per_case_means_of_rows
 from medeval_core.context import current_settings
-from medeval_core.records import CaseResult, CaseStatus, Judgement, ModelCall, RunConfig, RunKind, Turn
+from medeval_core.records import CaseResult, CaseStatus, Judgement, ModelCall, RunConfig, RunKind
 from medeval_core.registry import PageInfo
 from medeval_core.store import RunRow, Store, open_store
+from medeval_core.transcript import TranscriptEntry, transcript
 
 
 class RunListing(BaseModel):
@@ -129,17 +129,6 @@ def filter_cases(rows: Sequence[dict[str, Any]], status: str | None = None, sear
 
 # Drill-down ---------------------------------------------------------------------------------------------------------
 
-class TurnView(BaseModel):
-    index: int
-    actor: str
-    action: str
-    text: str
-    """The turn's payload as readable text (question, answer, order, result)."""
-    tag: str
-    """REAL / SYNTHETIC where the environment logs provenance."""
-    cost: float
-
-
 class CaseDetail(BaseModel):
     run_id: str
     case_id: str
@@ -147,38 +136,10 @@ class CaseDetail(BaseModel):
     result: CaseResult
     image_path: str | None
     """The case's image file, when the benchmark's case has one on disk."""
-    turns: list[TurnView]
+    turns: list[TranscriptEntry]
     judgements: list[Judgement]
     model_calls: list[ModelCall]
     total_cost: float
-
-
-def _turn_text(payload: dict[str, Any]) -> str:
-    shown = {key: value for key, value in payload.items() if key != "provenance"}
-    parts = []
-    for key, value in shown.items():
-        parts.append(f"{key}: {value}" if not isinstance(value, dict | list) else f"{key}: {_compact(value)}")
-    return "; ".join(parts)
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _tag(payload: dict[str, Any]) -> str:
-    provenance = payload.get("provenance")
-    if isinstance(provenance, str):
-        return provenance
-    if isinstance(provenance, dict):
-        for key in ("tag", "source", "kind"):
-            if isinstance(provenance.get(key), str):
-                return str(provenance[key])
-    return ""
-
-
-def turn_views(turns: Sequence[Turn]) -> list[TurnView]:
-    return [TurnView(index=t.index, actor=t.actor, action=t.action, text=_turn_text(t.payload),
-                     tag=_tag(t.payload), cost=t.cost) for t in turns]
 
 
 def _image_path(store: Store, run_id: str, case_id: str) -> str | None:
@@ -203,7 +164,7 @@ def case_detail(store: Store, run_id: str, case_id: str, repetition: int = 0,
     result = store.result(run_id, case_id, repetition)
     if result is None:
         return None
-    turns = turn_views(store.turns(run_id, case_id, repetition))
+    turns = transcript(store.turns(run_id, case_id, repetition))
     judgements = [j for j in store.judgements(run_id=run_id, case_id=case_id) if j.repetition == repetition]
     calls = [c for c in store.model_calls(run_id, case_id) if c.repetition == repetition]
     return CaseDetail(run_id=run_id, case_id=case_id, repetition=repetition, result=result,
@@ -244,10 +205,11 @@ def _reopening_page(benchmark: str) -> PageInfo | None:
 
 
 def session_listings(store: Store) -> list[SessionListing]:
+    """Past sessions with their own state (open, finished, abandoned, closed, failed; never *running*)."""
     listings = []
-    for row in store.list_runs():
-        if row.kind != RunKind.SESSION:
-            continue
+    rows = [row for row in store.list_runs() if row.kind == RunKind.SESSION]
+    steps = store.last_turn_times([row.id for row in rows])
+    for row in rows:
         results = store.results(row.id)
         result = results[0] if results else None
         output = result.output if result else {}
@@ -255,7 +217,8 @@ def session_listings(store: Store) -> list[SessionListing]:
         response = output.get("response") or output.get("final_diagnosis") or ""
         page = _reopening_page(row.benchmark)
         listings.append(SessionListing(
-            run_id=row.id, benchmark=row.benchmark, created_at=row.created_at, status=row.status,
+            run_id=row.id, benchmark=row.benchmark, created_at=row.created_at,
+            status=service.session_state(row.status, steps.get(row.id) or row.started_at or row.created_at),
             reopen_page=page.path if page else None, reopen_query=page.reopen_query if page else None,
             image=str(image.get("name", "")) if image else "", response=str(response)[:200],
             verdict=_verdict_text(result) if result else "",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -34,8 +34,8 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, RunReport
-from medeval_core.settings import BackendChoice, Settings, runtime_versions
-from medeval_core.store import Store, StoreError
+from medeval_core.settings import BackendChoice, Settings, runtime_versions, walkthrough_idle_limit
+from medeval_core.store import RunRow, Store, StoreError
 
 # Workers change how fast a run goes, never what it computes: a resume may choose another number.
 RUNTIME_ONLY_PARAMS = frozenset({"workers"})
@@ -396,15 +396,37 @@ def export_results(store: Store, run_id: str, path: Path) -> Path:
         raise StoreError(str(exc)) from None
 
 
-RunLiveness = Literal["pending", "running", "cancelling", "interrupted", "completed", "cancelled", "failed"]
+RunLiveness = Literal["pending", "running", "cancelling", "interrupted", "completed", "cancelled", "failed",
+                      "open", "finished", "abandoned", "closed"]
+"""A batch or score run's state, or a session's own: *open*, *finished*, *abandoned* (open but idle longer than
+``MEDEVAL_WALKTHROUGH_IDLE_HOURS``), *closed* by its owner, or *failed*. A session is never *running*."""
 
 
-def liveness(status: str, live_workers: int, kind: str = RunKind.BATCH) -> RunLiveness:
+def session_state(status: str, last_activity: datetime, now: datetime | None = None,
+                  idle_limit: timedelta | None = None) -> RunLiveness:
+    if status == RunStatus.COMPLETED:
+        return "finished"
+    if status == RunStatus.FAILED:
+        return "failed"
+    if status in (RunStatus.CANCELLED, RunStatus.CANCELLING):
+        return "closed"
+    moment = last_activity if last_activity.tzinfo is not None else last_activity.replace(tzinfo=UTC)
+    idle = (now or utc_now()) - moment
+    return "abandoned" if idle > (idle_limit or walkthrough_idle_limit()) else "open"
+
+
+def last_activity(store: Store, row: RunRow) -> datetime:
+    """A session's last step (its newest turn), else when it was opened."""
+    return store.last_turn_times([row.id]).get(row.id) or row.started_at or row.created_at
+
+
+def liveness(status: str, live_workers: int, kind: str = RunKind.BATCH,
+             last_activity: datetime | None = None) -> RunLiveness:
     """A stored status with the workers' heartbeats taken into account: running or cancelling with no live
     worker is *interrupted* (its workers died; resume it), a pending run a worker took is *running*. A session
-    has no worker (a page drives it): its stored status stands."""
+    has no worker (a page drives it): its own state (``session_state``) from its last step."""
     if kind == RunKind.SESSION:
-        return cast(RunLiveness, str(status))
+        return session_state(status, last_activity or utc_now())
     if status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         return cast(RunLiveness, status) if live_workers else "interrupted"
     if status == RunStatus.PENDING and live_workers:
@@ -476,7 +498,7 @@ def run_overview(store: Store, run_id: str) -> RunOverview:
     counts = store.result_counts(run_id)
     done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
     live = len(store.live_workers(run_id))
-    state = liveness(row.status, live, row.kind)
+    state = liveness(row.status, live, row.kind, last_activity(store, row))
     pending = None if row.expected_cases is None else max(row.expected_cases - done - failed, 0)
     rate, eta = _rate_and_eta(store, row, state, pending)
     return RunOverview(

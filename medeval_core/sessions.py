@@ -109,6 +109,8 @@ class Session:
     def add_turn(self, actor: str, action: str, payload: Mapping[str, Any] | None, cost: float) -> Turn:
         if self.finished:
             raise SessionError("This session is finished; start a new one to continue.")
+        if self.store.get_run(self.run_id).status == RunStatus.CANCELLED:
+            raise SessionError("This walkthrough was closed; start a new one to continue.")
         with self._lock:
             turn = Turn(run_id=self.run_id, case_id=self.case_id, repetition=REPETITION, index=self._next_index,
                         actor=actor, action=action, payload=dict(payload or {}), cost=cost)
@@ -149,6 +151,26 @@ class Session:
                             status=CaseStatus.FAILED, error=error, finished_at=utc_now())
         self.store.save_case_records([CaseRecords(result=result)])
         self.store.update_run(self.run_id, status=RunStatus.FAILED, error=redact(error), finished_at=utc_now())
+
+
+def close_session(store: Store, run_id: str) -> None:
+    """Close an open session its owner is done with (it stays listed as *closed*, with what it recorded)."""
+    try:
+        row = store.get_run(run_id)
+    except StoreError as exc:
+        raise SessionError(str(exc)) from None
+    if row.kind != RunKind.SESSION:
+        raise SessionError(f"Run {run_id} is not a walkthrough or lesion session; cancel a batch run instead.")
+    if row.status in (RunStatus.RUNNING, RunStatus.PENDING):
+        store.update_run(run_id, status=RunStatus.CANCELLED, finished_at=utc_now())
+
+
+def delete_session(store: Store, run_id: str) -> None:
+    """Remove a session and everything it recorded."""
+    try:
+        store.delete_session_run(run_id)
+    except StoreError as exc:
+        raise SessionError(str(exc)) from None
 
 
 class WalkthroughError(ValueError):

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -165,6 +166,10 @@ class EnvironmentOverrides(BaseModel):
     data_dir: Path | None = None
     db_url: str | None = None
     config_dir: Path | None = None
+    sign_in_hours: float = Field(default=12.0, gt=0)
+    """How long an annotator's sign-in lasts in a browser (reloads and new tabs included) before it asks again."""
+    walkthrough_idle_hours: float = Field(default=24.0, gt=0)
+    """How long an open walkthrough may sit without a step before it counts as abandoned."""
     roles: dict[str, RoleOverride] = {}
 
 
@@ -279,11 +284,7 @@ def load_settings(environ: Mapping[str, str] | None = None,
 
     Raises ``SettingsError`` with a readable message.
     """
-    try:
-        env = EnvironmentOverrides.model_validate(_env_kwargs(os.environ if environ is None else environ))
-    except ValidationError as exc:
-        names = ", ".join(_variable_name(error["loc"]) for error in exc.errors())
-        raise SettingsError(f"A MEDEVAL_* environment variable has an invalid value ({names}): {exc}") from exc
+    env = _environment(environ)
     config_dir = (env.config_dir or DEFAULT_CONFIG_DIR).resolve()
     roles: dict[str, BackendChoice] = _validated(BackendRoles, config_dir / "backends.json").root
     if registered:
@@ -297,6 +298,25 @@ def load_settings(environ: Mapping[str, str] | None = None,
         judges=_judge_settings(config_dir),
         roles=_apply_role_overrides(roles, env),
     )
+
+
+def _environment(environ: Mapping[str, str] | None) -> EnvironmentOverrides:
+    try:
+        return EnvironmentOverrides.model_validate(_env_kwargs(os.environ if environ is None else environ))
+    except ValidationError as exc:
+        names = ", ".join(_variable_name(error["loc"]) for error in exc.errors())
+        raise SettingsError(f"A MEDEVAL_* environment variable has an invalid value ({names}): {exc}") from exc
+
+
+# Not part of ``Settings``: they change no result, so they must not change the settings hash runs store.
+def sign_in_lifetime(environ: Mapping[str, str] | None = None) -> timedelta:
+    """``MEDEVAL_SIGN_IN_HOURS`` (12 unless set): how long a browser stays signed in."""
+    return timedelta(hours=_environment(environ).sign_in_hours)
+
+
+def walkthrough_idle_limit(environ: Mapping[str, str] | None = None) -> timedelta:
+    """``MEDEVAL_WALKTHROUGH_IDLE_HOURS`` (24 unless set): an open walkthrough idle longer is abandoned."""
+    return timedelta(hours=_environment(environ).walkthrough_idle_hours)
 
 
 def _variable_name(loc: tuple[int | str, ...]) -> str:

@@ -26,6 +26,8 @@ class BackendStatus(BaseModel):
     model: str
     base_url: str | None
     configured: bool
+    working: bool
+    """A model serves the role, or its offline stand-in does (shown as *offline*, not as missing)."""
     api_key_env: str
     api_key_set: bool
     hint: str
@@ -59,10 +61,12 @@ def role_hint(role: str) -> str:
 
 def backend_status(role: str, choice: BackendChoice, used_by: list[str] | None = None) -> BackendStatus:
     needs_key = choice.backend == "openai"
+    offline = choice.backend == "none" and role in registry.offline_roles()
     return BackendStatus(
         role=registry.role_titles().get(role, role),
         used_by=", ".join(used_by or []),
-        backend=choice.backend,
+        backend="offline" if offline else choice.backend,
+        working=choice.configured or offline,
         # The offline judge is rules, not a model: showing the LLM judge's model name would mislead.
         model=choice.model if choice.backend not in ("none", "offline") else "",
         base_url=choice.base_url,

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from sqlalchemy.engine import make_url
 
 from medeval_core import service
+from medeval_core.records import RunKind
 from medeval_core.settings import DEFAULT_VAR_DIR, PROJECT_ROOT, Settings
 from medeval_core.store import RunRow, Store, open_store
 
@@ -72,10 +73,13 @@ def run_liveness(store: Store, run_id: str) -> RunLiveness:
     worker is alive (no heartbeat within its lease), *running* when a worker works on a pending run, else the
     stored status. Two small queries; ``run_states`` does a whole run list in two."""
     row = store.get_run(run_id)
-    return service.liveness(row.status, len(store.live_workers(run_id)), row.kind)
+    return service.liveness(row.status, len(store.live_workers(run_id)), row.kind, service.last_activity(store, row))
 
 
 def run_states(store: Store, rows: Iterable[RunRow]) -> dict[str, RunLiveness]:
     """``run_liveness`` of every listed run (rows from ``Store.list_runs``), with one query for all workers."""
+    rows = list(rows)
     live = store.live_worker_counts()
-    return {row.id: service.liveness(row.status, live.get(row.id, 0), row.kind) for row in rows}
+    steps = store.last_turn_times([row.id for row in rows if row.kind == RunKind.SESSION])
+    return {row.id: service.liveness(row.status, live.get(row.id, 0), row.kind,
+                                     steps.get(row.id) or row.started_at or row.created_at) for row in rows}

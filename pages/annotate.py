@@ -11,6 +11,7 @@ from medeval_core.annotation import answers
 from medeval_core.annotation.gate import require_annotator
 from medeval_core.annotation.tasks import COMMENT, TaskKind
 from medeval_core.context import current_store
+from medeval_core.transcript import reasoned
 
 CHOICE_LABELS = {
     TaskKind.PAIRWISE: {"left": "Response 1 is better", "tie": "Tie", "right": "Response 2 is better"},
@@ -47,10 +48,20 @@ def show_output(view: dict[str, Any]) -> None:
     # Long outputs scroll inside a box of a laptop screen's height, so the choices below stay in reach.
     size = len(view.get("text", "")) + sum(len(line) + 40 for _, line in view.get("dialogue", []))
     with st.container(height=420 if size > 1200 else "content", border=True):
-        if view.get("text"):
-            st.text(view["text"])
         for speaker, line in view.get("dialogue", []):
-            st.text(f"{speaker}: {line}")
+            with st.chat_message("assistant" if speaker == "Patient" else "user",
+                                 avatar=":material/person:" if speaker == "Patient" else ":material/stethoscope:"):
+                st.caption(speaker)
+                st.text(line)
+        if view.get("text"):
+            parts = reasoned(view["text"])
+            if parts is None:
+                st.text(view["text"])
+            else:
+                st.caption("Answer")
+                st.text(parts.answer)
+                with st.expander("Reasoning"):
+                    st.text(parts.reasoning)
 
 
 def choice_row(item: answers.QueueItem, criterion: str, labels: dict[str, str],

@@ -56,7 +56,7 @@ if report.agreement:
     st.subheader("Agreement between annotators")
     st.dataframe(pd.DataFrame([
         {"criterion": a.criterion, "statistic": a.statistic.replace("_", " "),
-         "value": None if a.value is None else round(a.value, 4), "annotators": a.annotators,
+         "value": a.shown, "annotators": a.annotators,
          "overlapping items": a.overlapping_items} for a in report.agreement
     ]), hide_index=True, width="stretch")
 else:

@@ -8,6 +8,7 @@ from medeval_core.benchmarks.ddxplus.interaction import EpisodeError
 from medeval_core.context import current_settings, current_store
 from medeval_core.metrics.ddxplus import METRIC_KEYS
 from medeval_core.plaintext import literal
+from medeval_core.session_controls import session_controls
 
 PICK_MODES = {"random": "At random", "pathology": "At random, with a given pathology", "index": "By row"}
 SEXES = {"M": "male", "F": "female"}
@@ -19,6 +20,18 @@ st.caption("Question a simulated DDXPlus patient as an agent would: each questio
 
 settings = current_settings()
 store = current_store()
+
+
+def ask_question(walk: wt.Walkthrough, code: str) -> None:
+    """Ask; once asked the search is emptied for the next question (a refused question keeps it)."""
+    try:
+        wt.ask(store, walk, code)
+    except (wt.WalkthroughError, EpisodeError) as exc:
+        st.session_state["ddx_error"] = str(exc)
+    else:
+        st.session_state["ddx_search"] = ""
+
+
 try:
     res = wt.resources(settings)
 except wt.WalkthroughError as exc:
@@ -62,6 +75,7 @@ right.metric("Questions asked", f"{len(walk.asked)} / {walk.max_questions}")
 st.markdown(f"**Reason for consulting** ({literal(intake.initial_evidence)}): {literal(intake.initial_question)} "
             "— **yes**")
 st.caption(f"Walkthrough {walk.id} on row {patient.row}; the link in the address bar brings it back.")
+session_controls(store, walk.id, "walkthrough", walk.finished)
 
 st.subheader("Dialogue")
 turns = wt.dialogue(walk)
@@ -83,13 +97,10 @@ if not walk.finished:
         code = st.selectbox(f"Question ({len(matches)} matching)", matches, key="ddx_question",
                             format_func=lambda c: f"{c}: {res.kb.question_text(c)}")
         ask_col, hint_col = st.columns([1, 2])
-        if ask_col.button("Ask", key="ddx_ask", disabled=walk.questions_left <= 0):
-            try:
-                wt.ask(store, walk, code)
-            except (wt.WalkthroughError, EpisodeError) as exc:
-                st.error(literal(exc))
-            else:
-                st.rerun()
+        ask_col.button("Ask", key="ddx_ask", disabled=walk.questions_left <= 0, on_click=ask_question,
+                       args=(walk, code))
+        if error := st.session_state.pop("ddx_error", None):
+            st.error(literal(error))
         if hint_col.button("What would KB-Bayes ask next?", key="ddx_hint"):
             hint = wt.suggest(res, walk)
             leading = literal(", ".join(f"{name} {mass:.0%}" for name, mass in hint.leading[:3]))

@@ -9,6 +9,9 @@ from medeval_core.plaintext import literal
 from medeval_core.settings import SettingsError, runtime_versions
 from medeval_core.status import backends_status, data_status_rows, store_status
 
+START_HERE = {"ddxplus": "no model needed", "sdbench": "offline gatekeeper and judge"}
+"""The pages a newcomer can use at once, with no model configured (by ``url_path``)."""
+
 st.title("medeval")
 st.markdown(
     "A workbench for evaluating diagnostic AI on published protocols. Clinicians walk through cases and annotate "
@@ -16,6 +19,13 @@ st.markdown(
     "endpoint), run benchmarks in batch, resume them after a crash and compare runs with confidence intervals. "
     "Every score is stored with the model, judge, prompts and settings that produced it."
 )
+
+st.header("Start here")
+st.markdown("No model is needed to try medeval: question a simulated DDXPlus patient, give your differential and see "
+            "how it scores; or work up an SDBench case with the offline gatekeeper and judge.")
+for info in pages():
+    if info.url_path in START_HERE:
+        st.page_link(info.path, label=f"{info.title}: {START_HERE[info.url_path]}", icon=info.icon)
 
 st.header("Pages")
 for info in pages():
@@ -47,7 +57,7 @@ st.table(
     pd.DataFrame([b.model_dump() for b in backends_status(settings)])
     .set_index("role")
     .rename(columns={"used_by": "Used by", "backend": "Backend", "model": "Model", "base_url": "Endpoint",
-                     "configured": "Configured",
+                     "configured": "Configured", "working": "Works",
                      "api_key_env": "API key variable", "api_key_set": "Key set", "hint": "How to configure"})
     .rename_axis("Role")
 )

@@ -5,6 +5,7 @@ import streamlit as st
 from medeval_core.benchmarks.mediq import walkthrough as wt
 from medeval_core.context import current_settings, current_store
 from medeval_core.interaction import EpisodeError
+from medeval_core.session_controls import session_controls
 
 st.title("MEDIQ walkthrough")
 st.caption("You see what the expert sees first: the initial information, the question and the options. Ask the "
@@ -56,6 +57,7 @@ st.markdown("**Options**")
 for letter, text in case.options.items():
     st.text(f"{letter}: {text}")
 st.caption(f"Walkthrough {walk.id}; the link in the address bar brings it back.")
+session_controls(store, walk.id, "walkthrough", walk.finished)
 
 st.subheader("Dialogue")
 if not walk.replies:

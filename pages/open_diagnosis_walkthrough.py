@@ -7,6 +7,7 @@ from medeval_core.benchmarks.dynamicare import walkthrough as wt
 from medeval_core.context import current_settings, current_store
 from medeval_core.icd9 import display_code
 from medeval_core.interaction import EpisodeError
+from medeval_core.session_controls import session_controls
 
 st.title("Open diagnosis walkthrough")
 st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
@@ -48,6 +49,7 @@ st.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_ques
 st.markdown("**Chief complaint**")
 st.text(record.chief_complaint)
 st.caption(f"Walkthrough {walk.id}; the link in the address bar brings it back.")
+session_controls(store, walk.id, "walkthrough", walk.finished)
 
 st.subheader("Dialogue")
 if not walk.replies:

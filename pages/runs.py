@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from medeval_core import exports, plots, results, service, workers
+from medeval_core import exports, plots, results, service, transcript, workers
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.catalog import NEW_RUN
 from medeval_core.compare import RunComparison, run_comparison, run_summaries
@@ -61,13 +61,37 @@ def show_case(run_id: str, case_id: str, repetition: int) -> None:
         st.image(detail.image_path, caption=literal(detail.image_path), width=320)
     if detail.turns:
         st.markdown(f"**Dialogue** ({len(detail.turns)} turns, total cost {detail.total_cost:,.2f})")
-        st.dataframe(pd.DataFrame([t.model_dump() for t in detail.turns]), hide_index=True, width="stretch")
+        for turn in detail.turns:
+            with st.chat_message("user" if turn.speaker == "agent" else "assistant",
+                                 avatar=":material/stethoscope:" if turn.speaker == "agent" else ":material/person:"):
+                st.caption(literal(" · ".join([f"{turn.index}. {turn.who}", turn.action,
+                                               *([f"cost {turn.cost:,.2f}"] if turn.cost else []), *turn.tags])))
+                if turn.said:
+                    st.text(turn.said)
+                if turn.answer:
+                    st.text(turn.answer)
+                for line in turn.details:
+                    st.text(line)
     st.markdown("**Model output**")
+    differential = result.output.get("differential")
+    if isinstance(differential, dict) and differential:
+        rows = transcript.differential_rows(differential)
+        st.caption(f"Differential: {len(rows)} pathologies above {transcript.DIFFERENTIAL_FLOOR}, most likely first")
+        st.dataframe(pd.DataFrame([row.model_dump() for row in rows]), hide_index=True,
+                     column_config={"probability": st.column_config.NumberColumn(format="%.3f")})
     text_fields = {k: v for k, v in result.output.items() if isinstance(v, str) and len(v) > 80}
     for name, text in text_fields.items():
         st.caption(literal(name))
-        st.text(text)
-    st.json({k: v for k, v in result.output.items() if k not in text_fields}, expanded=False)
+        parts = transcript.reasoned(text)
+        if parts is None:
+            st.text(text)
+        else:
+            with st.expander("Reasoning (<think>)"):
+                st.text(parts.reasoning)
+            st.markdown("Answer (<answer>)")
+            st.text(parts.answer)
+    st.json({k: v for k, v in result.output.items() if k not in text_fields and k != "differential"},
+            expanded=False)
     if result.metrics:
         st.dataframe(pd.DataFrame([{"metric": k, "value": str(v)} for k, v in result.metrics.items()]),
                      hide_index=True)

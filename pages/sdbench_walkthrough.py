@@ -7,17 +7,29 @@ import streamlit as st
 
 from medeval_core.benchmarks.sdbench import walkthrough as wt
 from medeval_core.context import current_settings, current_store
+from medeval_core.session_controls import session_controls
 
 MODES = {"questions": "Ask questions", "tests": "Order tests", "diagnosis": "Commit a diagnosis"}
 
 st.title("SDBench walkthrough")
 st.caption("Work up a case as the sequential-diagnosis agent would: you start from a short summary, ask the "
-           "gatekeeper questions and order tests (one per line), and commit one diagnosis. Each run of questions "
-           "after a test order is a physician visit ($300); each test is priced by its CPT/HCPCS code, or "
-           "estimated when no code matches.")
+           "gatekeeper questions and order tests (one per line), and commit one diagnosis. Questions in a row are "
+           "one physician visit ($300), charged when its first question is asked, the very first included; "
+           "ordering a test ends the visit, so the next question starts another. Each test is priced by its "
+           "CPT/HCPCS code, or estimated when no code matches.")
 
 settings = current_settings()
 store = current_store()
+
+
+def send_step(walk: wt.Walkthrough, mode: wt.Mode) -> None:
+    """Send the box's text; once it is recorded the box is emptied for the next step (a refused step keeps it)."""
+    try:
+        wt.act(walk, mode, st.session_state.get("sd_box", ""))
+    except (wt.WalkthroughError, wt.EpisodeError) as exc:
+        st.session_state["sd_error"] = str(exc)
+    else:
+        st.session_state["sd_box"] = ""
 
 walk = None
 walk_id = st.query_params.get("walkthrough")
@@ -71,6 +83,7 @@ st.subheader("Case summary")
 st.text(walk.case.case_summary)
 st.caption(f"Walkthrough {walk.id} on case {walk.case.case_id}; the link in the address bar brings it back. "
            f"Gatekeeper: {walk.params.gatekeeper}; judge: {walk.params.judge}.")
+session_controls(store, walk.id, "walkthrough", walk.finished)
 
 visits, visit_cost, test_cost = wt.running_cost(walk)
 columns = st.columns(4)
@@ -96,15 +109,12 @@ if not walk.finished:
     mode = st.radio("Step", list(MODES), format_func=MODES.get, key="sd_mode", horizontal=True)
     placeholder = {"questions": "Does the patient smoke?\nAny past medical history?",
                    "tests": "Complete blood count\nChest X-ray", "diagnosis": "Your final diagnosis"}[mode]
-    text = st.text_area("One question or test per line" if mode != "diagnosis" else "Diagnosis", key="sd_box",
-                        placeholder=placeholder)
-    if st.button("Commit diagnosis" if mode == "diagnosis" else "Send", type="primary", key="sd_send"):
-        try:
-            wt.act(walk, mode, text)
-        except (wt.WalkthroughError, wt.EpisodeError) as exc:
-            st.error(str(exc))
-        else:
-            st.rerun()
+    st.text_area("One question or test per line" if mode != "diagnosis" else "Diagnosis", key="sd_box",
+                 placeholder=placeholder)
+    st.button("Commit diagnosis" if mode == "diagnosis" else "Send", type="primary", key="sd_send",
+              on_click=send_step, args=(walk, mode))
+    if error := st.session_state.pop("sd_error", None):
+        st.error(error)
     st.stop()
 
 output = walk.output

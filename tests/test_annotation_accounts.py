@@ -105,3 +105,29 @@ def test_sign_in_is_rate_limited_across_store_instances(isolated_store: str) -> 
     with pytest.raises(accounts.SignInError, match="Too many"):
         accounts.sign_in(store, "nobody", "x", now=start + timedelta(seconds=10))
     other.engine.dispose()
+
+
+def test_a_sign_in_token_expires_is_revoked_and_ends_with_the_account(isolated_store: str) -> None:
+    from datetime import timedelta
+
+    from medeval_core.annotation.accounts import (
+        add_annotator,
+        annotator_for_token,
+        disable_annotator,
+        open_sign_in,
+        revoke_sign_in,
+    )
+    from medeval_core.context import current_store
+    from medeval_core.records import utc_now
+
+    store = current_store()
+    ada = add_annotator(store, "dr.ada", "a-long-passcode")
+    token = open_sign_in(store, ada, timedelta(hours=1))
+    assert annotator_for_token(store, token).name == "dr.ada"  # type: ignore[union-attr]
+    assert annotator_for_token(store, token, now=utc_now() + timedelta(hours=2)) is None
+    assert annotator_for_token(store, token + "x") is None
+    revoke_sign_in(store, token)
+    assert annotator_for_token(store, token) is None
+    other = open_sign_in(store, ada, timedelta(hours=1))
+    disable_annotator(store, "dr.ada")
+    assert annotator_for_token(store, other) is None

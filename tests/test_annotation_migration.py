@@ -16,7 +16,8 @@ from medeval_core.store.migrations import HEAD, alembic_config
 from tests.test_migrations import old_database, schema_differences, table_rows
 
 PREVIOUS = "0002_kinds_scores_model_calls"
-NEW_TABLES = {"annotators", "sign_in_attempts", "annotation_tasks", "annotation_items", "annotation_assignments"}
+NEW_TABLES = {"annotators", "sign_in_attempts", "annotation_tasks", "annotation_items", "annotation_assignments",
+              "sign_in_sessions"}
 
 
 def database_at_previous_revision(tmp_path: Path) -> str:

@@ -127,3 +127,16 @@ def test_agreement_is_undefined_when_every_answer_is_the_same(seeded: SeededRuns
     [win] = report.win_rates
     assert (win.ties, win.a_win_rate, win.interval) == (12, None, None)
     assert not [w for w in recwarn if "kappa" in str(w.message) or "label" in str(w.message)]
+
+
+def test_an_undefined_agreement_says_why() -> None:
+    from medeval_core.annotation.report import Agreement
+
+    def shown(value: float | None, overlap: int, all_ties: bool = False) -> str:
+        return Agreement(criterion="c", statistic="cohen_kappa", value=value, annotators=2,
+                         overlapping_items=overlap, all_ties=all_ties).shown
+
+    assert shown(None, 3, all_ties=True) == "undefined: all ties"
+    assert shown(None, 3) == "undefined: every answer the same"
+    assert shown(None, 0) == "undefined: no item answered by two annotators"
+    assert shown(0.5, 3) == "0.5000"

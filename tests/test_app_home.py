@@ -62,3 +62,18 @@ def test_sidebar_status_stays_when_a_page_stops_early_in_chromium(streamlit_app,
     sidebar = page.get_by_test_id("stSidebar")
     for heading in ("Store", "Data", "Models"):
         assert sidebar.get_by_role("heading", name=heading).is_visible()
+
+
+def test_offline_stand_ins_are_shown_as_working_and_home_says_where_to_start() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from medeval_core.context import current_settings
+    from medeval_core.status import backends_status
+
+    rows = {row.role: row for row in backends_status(current_settings())}
+    for role in ("SDBench gatekeeper", "SDBench judge"):
+        assert (rows[role].backend, rows[role].working) == ("offline", True)
+    assert rows["Vision-language model"].working is False
+    app = AppTest.from_file(APP, default_timeout=120).run()
+    assert not app.exception
+    assert "Start here" in [h.value for h in app.header]

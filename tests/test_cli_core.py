@@ -97,3 +97,13 @@ def test_store_errors_are_the_light_modules_classes() -> None:
     assert store.StoreError is errors.StoreError
     assert store.DuplicateResultError is errors.DuplicateResultError
     assert issubclass(errors.DuplicateResultError, errors.StoreError)
+
+
+def test_a_mistyped_option_is_named_with_the_closest_known_one(capsys) -> None:
+    import pytest
+
+    from medeval_core.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["runs", "list", "--benchmrk", "ddxplus"])
+    assert "unknown option --benchmrk; did you mean --benchmark?" in capsys.readouterr().err

@@ -559,13 +559,39 @@ def test_an_interactive_session_round_trips_on_each_database(db_url: str, counti
     store, settings = open_store(db_url), load_settings()
     session = Session.open(store, settings, "counting", CountingParams(n_cases=1), case_id="case-0000")
     session.add_turn("person", "count", {"n": 1}, cost=2.5)
-    assert workers.run_liveness(store, session.run_id) == "running"  # open on its page, not interrupted
+    assert workers.run_liveness(store, session.run_id) == "open"  # open on its page: never running, nor interrupted
     reopened = Session.load(store, settings, session.run_id)
     assert [(t.actor, t.payload, t.cost) for t in reopened.turns()] == [("person", {"n": 1}, 2.5)]
     reopened.finish(CaseOutcome(metrics={"index": 0.0}))
     assert Session.load(store, settings, session.run_id).finished
     overview = service.run_overview(store, session.run_id)
-    assert overview.kind == "session" and overview.state != "interrupted" and not overview.resumable
+    assert overview.kind == "session" and overview.state == "finished" and not overview.resumable
+
+
+def test_a_walkthrough_is_open_abandoned_when_idle_closed_or_deleted(db_url: str, counting: None) -> None:
+    from datetime import timedelta
+
+    from medeval_core.records import utc_now
+    from medeval_core.sessions import Session, SessionError, close_session, delete_session
+
+    store, settings = open_store(db_url), load_settings()
+    session = Session.open(store, settings, "counting", CountingParams(n_cases=1), case_id="case-0000")
+    session.add_turn("person", "count", {"n": 1}, cost=0.0)
+    last = store.last_turn_times([session.run_id])[session.run_id]
+    row = store.get_run(session.run_id)
+    assert service.session_state(row.status, last) == "open"
+    assert service.session_state(row.status, last, now=utc_now() + timedelta(hours=25)) == "abandoned"
+    assert service.session_state(row.status, last, now=utc_now() + timedelta(hours=2),
+                                 idle_limit=timedelta(hours=1)) == "abandoned"
+    close_session(store, session.run_id)
+    assert workers.run_liveness(store, session.run_id) == "closed"
+    with pytest.raises(SessionError, match="closed"):
+        session.add_turn("person", "count", {"n": 2}, cost=0.0)
+    delete_session(store, session.run_id)
+    assert store.find_run(session.run_id) is None and store.turns(session.run_id, "case-0000") == []
+    batch = workers.create_run(settings, "counting", {"n_cases": 1})
+    with pytest.raises(SessionError, match="only a walkthrough"):
+        delete_session(store, batch)
 
 
 def test_the_cli_lists_and_shows_a_run_whose_workers_died_as_interrupted(db_url: str,

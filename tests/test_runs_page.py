@@ -300,8 +300,11 @@ def test_case_drill_down_shows_turns_output_judge_attempts_and_model_calls(isola
     store = Store(isolated_store)
     store.create_run(counting_config(load_settings(), 1), run_id="drill", expected_cases=1)
     answer = "**bold** <script>alert(1)</script>" + " long model answer" * 10
+    reasoned = "<think>Pearly border, telangiectasia.</think><answer>Basal cell carcinoma</answer>" + " " * 80
+    differential = {"Bronchitis": 0.6, "Pneumonia": 0.3, "URTI": 0.095, "Croup": 0.005}
     store.save_case_records([CaseRecords(
-        result=CaseResult(run_id="drill", case_id="case-0000", status=CaseStatus.OK, output={"response": answer},
+        result=CaseResult(run_id="drill", case_id="case-0000", status=CaseStatus.OK,
+                          output={"response": answer, "reply": reasoned, "differential": differential},
                           metrics={"correct": True}),
         turns=[Turn(run_id="drill", case_id="case-0000", index=0, actor="agent", action="order",
                     payload={"test": "CBC", "result": "normal", "provenance": "SYNTHETIC"}, cost=25.0),
@@ -317,9 +320,19 @@ def test_case_drill_down_shows_turns_output_judge_attempts_and_model_calls(isola
     app.selectbox(key="case_open_drill").set_value(("case-0000", 0)).run()
     assert not app.exception, app.exception
     frames = [f.value for f in app.dataframe]
-    [turns] = [f for f in frames if "tag" in f.columns]
-    assert list(turns["tag"]) == ["SYNTHETIC", "REAL"] and list(turns["cost"]) == [25.0, 300.0]
-    assert "test: CBC; result: normal" in turns["text"].iloc[0]
+    # The dialogue as a conversation: who and what (with cost and tags), the step, its answer; no key: value strings.
+    first, second = app.chat_message
+    assert [c.value.replace("\\", "") for c in first.caption] == ["0. agent · order · cost 25.00 · SYNTHETIC"]
+    assert [t.value for t in first.text] == ["CBC", "normal"]
+    assert [c.value.replace("\\", "") for c in second.caption] == ["1. agent · question · cost 300.00 · REAL"]
+    assert [t.value for t in second.text] == ["fever?"]
+    # The differential as a sorted table of the pathologies above 0.01, not raw JSON.
+    [table] = [f for f in frames if "pathology" in f.columns]
+    assert list(table["pathology"]) == ["Bronchitis", "Pneumonia", "URTI"]
+    # A reasoning model's tags shown as the two parts.
+    texts = [t.value for t in app.text]
+    assert "Basal cell carcinoma" in texts and "Pearly border, telangiectasia." in texts
+    assert not any("<answer>" in text for text in texts)
     [attempts] = [f for f in frames if "raw reply" in f.columns]
     assert list(attempts["http"].fillna(0)) == [429, 0] and '"reason": "same"' in attempts["raw reply"].iloc[1]
     [calls] = [f for f in frames if "prompt tokens" in f.columns]

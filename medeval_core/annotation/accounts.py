@@ -7,6 +7,8 @@ the provider's e-mail address must then be the name of an active account (``anno
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from datetime import UTC, datetime, timedelta
 
 from argon2 import PasswordHasher
@@ -16,7 +18,7 @@ from sqlmodel import col, func, select
 
 from medeval_core.records import utc_now
 from medeval_core.store import Store
-from medeval_core.store.annotation_tables import AnnotatorRow, SignInAttemptRow
+from medeval_core.store.annotation_tables import AnnotatorRow, SignInAttemptRow, SignInSessionRow
 
 MAX_FAILED_ATTEMPTS = 5
 """Failed sign-ins allowed per account name within ``LOCKOUT_WINDOW`` before further attempts are refused."""
@@ -97,6 +99,7 @@ def disable_annotator(store: Store, name: str) -> Annotator:
         session.add(row)
         session.commit()
         session.refresh(row)
+    revoke_sign_ins(store, row.name)
     return _record(row)
 
 
@@ -160,3 +163,53 @@ def oidc_annotator(store: Store, email: str | None) -> Annotator:
         raise SignInError(f"{email} has no active annotator account; ask an administrator to add it with "
                           f"`python -m medeval_core annotators add {email} --oidc`.")
     return found
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def open_sign_in(store: Store, annotator: Annotator, lifetime: timedelta, now: datetime | None = None) -> str:
+    """A new random token for a browser that has just signed in; the store keeps only its hash, with its expiry."""
+    token = secrets.token_urlsafe(32)
+    now = now or utc_now()
+    with store.session() as session:
+        session.add(SignInSessionRow(token_hash=_token_hash(token), annotator=annotator.name, created_at=now,
+                                     expires_at=now + lifetime))
+        session.commit()
+    return token
+
+
+def annotator_for_token(store: Store, token: str, now: datetime | None = None) -> Annotator | None:
+    """The active account a browser's token signs in; None once it has expired, was revoked or the account
+    disabled."""
+    now = now or utc_now()
+    with store.session() as session:
+        row = session.get(SignInSessionRow, _token_hash(token))
+        if row is None or row.revoked_at is not None or _aware(row.expires_at) <= now:
+            return None
+        account = session.get(AnnotatorRow, row.annotator)
+    return _record(account) if account is not None and account.active else None
+
+
+def revoke_sign_in(store: Store, token: str) -> None:
+    """Sign one browser out (its token no longer signs anybody in)."""
+    with store.session() as session:
+        row = session.get(SignInSessionRow, _token_hash(token))
+        if row is not None and row.revoked_at is None:
+            row.revoked_at = utc_now()
+            session.add(row)
+            session.commit()
+
+
+def revoke_sign_ins(store: Store, name: str) -> int:
+    """Sign ``name`` out of every browser; how many sign-ins were still open."""
+    now = utc_now()
+    with store.session() as session:
+        rows = session.exec(select(SignInSessionRow).where(
+            SignInSessionRow.annotator == name, col(SignInSessionRow.revoked_at).is_(None))).all()
+        for row in rows:
+            row.revoked_at = now
+            session.add(row)
+        session.commit()
+    return len(rows)

@@ -20,6 +20,7 @@ from medeval_core import registry
 from medeval_core.records import Case, RunConfig, RunKind, Turn
 from medeval_core.settings import Settings
 from medeval_core.store import RunRow, Store
+from medeval_core.transcript import differential_rows, entry
 
 HIDDEN = "[hidden]"
 IMAGE_KEY = "image"
@@ -177,9 +178,7 @@ def case_view(case: Case) -> CaseView:
 
 def _differential_text(value: Any) -> str:
     if isinstance(value, Mapping):
-        ranked = sorted(value.items(), key=lambda item: -float(item[1]) if isinstance(item[1], int | float) else 0)
-        return "; ".join(f"{name} ({float(p):.2f})" if isinstance(p, int | float) else f"{name}"
-                         for name, p in ranked)
+        return "\n".join(f"{row.pathology} ({row.probability:.2f})" for row in differential_rows(value))
     return _display(value)
 
 
@@ -210,10 +209,10 @@ def dialogue_lines(turns: Sequence[Turn]) -> list[tuple[str, str]]:
         if "differential" in payload or "diagnosis" in payload:
             lines.append(("Conclusion", answer_text(payload)))
             continue
-        details = ", ".join(f"{key.replace('_', ' ')}: {_display(value)}" for key, value in payload.items()
-                            if key not in _DIALOGUE_SKIP and value not in (None, "", [], {}))
-        if details:
-            lines.append((turn.action.replace("_", " ").capitalize(), details))
+        step = entry(turn.model_copy(update={"payload": {key: value for key, value in payload.items()
+                                                          if key not in _DIALOGUE_SKIP}}))
+        action = turn.action.replace("_", " ").capitalize()
+        lines.extend((action, text) for text in (step.said, step.answer, *step.details) if text)
     return lines
 
 

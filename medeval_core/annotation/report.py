@@ -47,6 +47,18 @@ class Agreement(BaseModel):
     annotators: int
     overlapping_items: int
 
+    @property
+    def shown(self) -> str:
+        """The value as a person reads it, saying why when it is undefined."""
+        if self.value is not None:
+            return f"{self.value:.4f}"
+        if not self.overlapping_items:
+            return "undefined: no item answered by two annotators"
+        return "undefined: all ties" if self.all_ties else "undefined: every answer the same"
+
+    all_ties: bool = False
+    """Every overlapping answer was a tie (pairwise), which leaves the statistic undefined."""
+
 
 class JudgeAgreement(BaseModel):
     judge: str
@@ -196,8 +208,10 @@ def agreement(task: Task, answers: Sequence[ExportRow]) -> list[Agreement]:
         else:
             statistic = "krippendorff_alpha"
             value = _alpha(task, shared, annotators)
+        given = {answer for ratings in shared for answer in ratings.values()}
         out.append(Agreement(criterion=criterion, statistic=statistic, value=_finite(value),
-                             annotators=len(annotators), overlapping_items=len(shared)))
+                             annotators=len(annotators), overlapping_items=len(shared),
+                             all_ties=task.kind == TaskKind.PAIRWISE and given == {"tie"}))
     return out
 
 

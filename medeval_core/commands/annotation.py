@@ -60,6 +60,9 @@ def register(groups: CommandGroups) -> None:
     disable = annotators.add_parser("disable", help="stop an account from signing in (its answers are kept)")
     disable.add_argument("name")
     disable.set_defaults(handler=_handler(_disable))
+    sign_out = annotators.add_parser("sign-out", help="end an account's sign-in in every browser (it signs in again)")
+    sign_out.add_argument("name")
+    sign_out.set_defaults(handler=_handler(_sign_out))
 
     annotations = groups.top.add_parser("annotations", help="annotation tasks, reports and exports").add_subparsers(
         dest="annotations_command", required=True, metavar="ACTION")
@@ -148,6 +151,14 @@ def _disable(args: argparse.Namespace) -> int:
 
     disable_annotator(_store(), args.name)
     print(f"Disabled {args.name}; its answers are kept.")
+    return 0
+
+
+def _sign_out(args: argparse.Namespace) -> int:
+    from medeval_core.annotation.accounts import revoke_sign_ins
+
+    ended = revoke_sign_ins(_store(), args.name)
+    print(f"Signed {args.name} out of {ended} browser sign-in(s).")
     return 0
 
 

@@ -57,6 +57,13 @@ def register(groups: CommandGroups) -> None:
     export.set_defaults(handler=_export)
     add_report_command(runs)
 
+    close = runs.add_parser("close", help="close an open walkthrough or lesion session (it stays listed as closed)")
+    close.add_argument("run_id")
+    close.set_defaults(handler=_close_session)
+    delete = runs.add_parser("delete", help="delete a walkthrough or lesion session and all it recorded")
+    delete.add_argument("run_id")
+    delete.set_defaults(handler=_delete_session)
+
     resume = groups.top.add_parser("resume", help="continue a run: finished cases are skipped, failed ones retried")
     resume.add_argument("run_id")
     resume.add_argument("--workers", type=int, help="concurrent cases (default: the benchmark's own, e.g. 16 judge "
@@ -198,6 +205,28 @@ def _rescore(args: argparse.Namespace) -> int:
                     "summary": summary.model_dump(mode="json") if summary else None})
     elif summary is not None:
         print_summary(summary, report)
+    return 0
+
+
+def _close_session(args: argparse.Namespace) -> int:
+    from medeval_core.sessions import SessionError, close_session
+
+    try:
+        close_session(current_store(), args.run_id)
+    except SessionError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"Closed {args.run_id}.")
+    return 0
+
+
+def _delete_session(args: argparse.Namespace) -> int:
+    from medeval_core.sessions import SessionError, delete_session
+
+    try:
+        delete_session(current_store(), args.run_id)
+    except SessionError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"Deleted {args.run_id} and everything it recorded.")
     return 0
 
 

@@ -334,6 +334,29 @@ class Store:
             session.refresh(row)
         return row
 
+    def delete_session_run(self, run_id: str) -> None:
+        """Remove an interactive session and everything it recorded, in one transaction; a batch or score run is
+        refused (their results are kept whatever happens)."""
+        row = self.get_run(run_id)
+        if row.kind != RunKind.SESSION:
+            raise StoreError(f"Run {run_id!r} is a {row.kind} run; only a walkthrough or lesion session can be "
+                             "deleted.")
+        with self._write_transaction() as connection:
+            for model in (TurnRow, JudgementRow, ModelCallRow, CaseResultRow, CaseLeaseRow, RunWorkerRow, RunRow):
+                table = _table(model)
+                column = table.c.id if model is RunRow else table.c.run_id
+                connection.execute(table.delete().where(column == run_id))
+
+    def last_turn_times(self, run_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each run's latest turn was written (runs without a turn are absent)."""
+        if not run_ids:
+            return {}
+        table = _table(TurnRow)
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(table.c.run_id, func.max(table.c.created_at))
+                                      .where(table.c.run_id.in_(list(run_ids))).group_by(table.c.run_id)).all()
+        return {run_id: moment for run_id, moment in rows if moment is not None}
+
     def request_cancel(self, run_id: str) -> RunRow:
         """Ask a running run (in any process) to stop after its in-flight cases; it then marks itself cancelled."""
         row = self.get_run(run_id)

@@ -37,6 +37,19 @@ class SignInAttemptRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utc_now, index=True)
 
 
+class SignInSessionRow(SQLModel, table=True):
+    """A browser's sign-in (revision 0009_sign_in_sessions): the browser keeps a random token in a cookie, the store
+    only its sha256, so a copy of the database cannot sign anybody in. Expiring and revocable."""
+
+    __tablename__ = "sign_in_sessions"
+
+    token_hash: str = Field(primary_key=True)
+    annotator: str = Field(foreign_key="annotators.name", index=True)
+    created_at: datetime = Field(default_factory=utc_now)
+    expires_at: datetime
+    revoked_at: datetime | None = None
+
+
 class AnnotationTaskRow(SQLModel, table=True):
     __tablename__ = "annotation_tasks"
 
