@@ -268,8 +268,17 @@ class BatchRunner:
                                                        "finished_at": utc_now()}, when="alone")
             raise
         self._stop(worker.id, stop_beating, beat)
-        self.store.finish_run(run_id, lambda: self._final(run_id, total, cancelled, final_summary),
-                              when="alone" if cancelled else "drained")
+        when = "alone" if cancelled else "drained"
+        try:
+            self.store.finish_run(run_id, lambda: self._final(run_id, total, cancelled, final_summary), when=when)
+        except Exception as exc:
+            # Its summary could not be computed: the run ends *failed* with the reason, never left running for a
+            # resume that would fail the same way.
+            error = (f"The run's cases finished but its summary failed: {describe_error(exc)}. Fix the cause, "
+                     f"then resume with `python -m medeval_core resume {run_id}`.")
+            self.store.finish_run(run_id, lambda: {"status": RunStatus.FAILED, "error": error,
+                                                   "finished_at": utc_now()}, when=when)
+            raise
         status = RunStatus(self.store.get_run(run_id).status)
         counts = self.store.result_counts(run_id)
         done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)

@@ -175,7 +175,7 @@ def test_run_command_prints_reference_rows_and_json(small_sets):
     text = _run(*base)
     assert text.returncode == 0, text.stderr
     assert "AARLC" in text.stdout and "BASD" in text.stdout and "this run" in text.stdout
-    assert "12 of 12 patients finished" in text.stdout
+    assert "12 of 12 consultations (12 patients x 1 repetitions) finished" in text.stdout
     # Every reference row names its source: the NeurIPS 2022 figures and the arXiv v2 preprint's apart.
     lines = text.stdout.splitlines()
     assert any(line.startswith("AARLC [1] ") for line in lines)
