@@ -124,7 +124,7 @@ def test_sessions_are_listed_apart_with_response_and_verdict(isolated_store: str
     assert lesion.reopen_page is None  # the lesion page keeps no session in its URL: reopened in the drill-down
     assert (walkthrough.run_id, walkthrough.reopen_page, walkthrough.reopen_query) == (
         "w1", "pages/ddxplus_walkthrough.py", "walkthrough")
-    assert [r.id for r in results.run_listings(store, store.list_runs(), {})] == ["w1", "s1"]
+    assert [r.id for r in results.run_listings(store.list_runs(), {})] == ["w1", "s1"]
 
 
 # Model backends -----------------------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store
     assert list(cases["case"]) == ["c5"] and list(cases["error"]) == ["timeout"]
     resume_buttons = [b for b in app.button if b.label == "Resume"]
     assert resume_buttons, "a run with failed cases offers Resume"
+    app.toggle(key="compare_shown").set_value(True).run()
     app.selectbox(key="compare_a").set_value("model-a").run()
     app.selectbox(key="compare_b").set_value("model-b").run()
     comparison = app.table[-1].value
@@ -136,6 +137,7 @@ def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     url = streamlit_app(MEDEVAL_DB_URL=db_url, MEDEVAL_BENCHMARKS="tests.support.counting_benchmark")
     page.goto(f"{url}/runs")  # a cold server's first request is a deep link
     page.get_by_role("heading", name="Compare two runs").wait_for()
+    page.get_by_text("Compare two runs case by case").click()  # drawn on demand
     sidebar = page.get_by_test_id("stSidebar")
     assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
     assert sidebar.get_by_role("link", name="app").count() == 0, "no legacy pages-folder navigation"
@@ -201,22 +203,24 @@ def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolat
     monkeypatch.setattr(Store, "metric_rows", counted_metric_rows)
     app = AppTest.from_file(RUNS_PAGE, default_timeout=120).run()
     assert not app.exception, app.exception
+    app.toggle(key="across_shown").set_value(True).run()
+    app.toggle(key="compare_shown").set_value(True).run()
     for _ in range(3):
         app.run()
         assert not app.exception, app.exception
     selected = str(app.selectbox(key="run_selected").value)
     assert app.subheader[0].value.startswith("Per-case metrics")
-    assert "10000 of 10000 case results" in " ".join(c.value for c in app.caption)
+    assert "1-50 of 10000 case results (page 1 of 200)" in " ".join(c.value for c in app.caption)
     correct = app.table[-1].value.loc["correct"]
     assert correct["shared cases"] == 2_500
     full_loads = [c for c in calls if c[0] == "results" and c[2] is None]
     assert not full_loads, f"full results loaded: {full_loads}"
     assert all(c[2] == CaseStatus.FAILED for c in calls if c[0] == "results")
-    # The metrics of each run are read once over four page runs by each of the page's readers, each cached per
+    # The metrics of each run are read once over the page runs by each of the page's readers, each cached per
     # result stamp: the metric summaries (selected run; plots across runs reuse them and read the other run once),
-    # the case table (selected run), the comparison and its paired differences (both runs).
+    # the comparison and its paired differences (both runs); the case table reads a page at a time.
     metric_reads = [c[1] for c in calls if c[0] == "metric_rows"]
-    assert metric_reads.count(selected) <= 4 and len(metric_reads) <= 7, metric_reads
+    assert metric_reads.count(selected) <= 3 and len(metric_reads) <= 6, metric_reads
 
 
 def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str,
