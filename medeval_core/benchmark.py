@@ -60,6 +60,16 @@ class RunParams(BaseModel):
     repetitions: int = Field(default=1, ge=1, le=100, description="times each case is run")
 
 
+class ScoreParams(BaseModel):
+    """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scorer: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    workers: int = Field(default=1, ge=1, le=512)
+
+
 class CaseContext(ABC):
     """What a solver or scorer gets with each case: which run, which repetition, settings, models by role, and
     where to record dialogue turns, judge attempts and model calls."""
@@ -230,6 +240,9 @@ class Benchmark(ABC, Generic[P, C, O]):
     name: ClassVar[str]
     Params: type[P]
     Output: type[O]
+    score_run_scorers: ClassVar[tuple[str, ...]] = ()
+    """The scorers a score run over one of its stored runs can apply (``scorer(name, ...)``): what the New run
+    page offers beside the command line's ``rescore``."""
 
     @abstractmethod
     def cases(self, params: P, settings: Settings) -> Sequence[C]: ...
@@ -246,6 +259,11 @@ class Benchmark(ABC, Generic[P, C, O]):
     def scorer(self, name: str, options: Mapping[str, Any], settings: Settings) -> Scorer[C, O]:
         """A named scorer for a score run over a stored run's outputs."""
         raise BenchmarkError(f"The {self.name} benchmark has no scorer called {name!r}.")
+
+    def score_stages(self, params: P, settings: Settings) -> list[ScoreParams]:
+        """Score runs that complete a run of these params once its cases are done (DDI: its responses are judged
+        by a score run); none by default. A launched run does them in its worker, as ``run ddi`` does."""
+        return []
 
     @abstractmethod
     def summarize(self, params: P, cases: Sequence[C], results: Sequence[CaseResult]) -> RunSummary: ...

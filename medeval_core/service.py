@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from medeval_core import registry
 from medeval_core.benchmark import (
@@ -28,6 +28,7 @@ from medeval_core.benchmark import (
     ModelRoles,
     RepetitionSummary,
     RunSummary,
+    ScoreParams,
     Scorer,
     Solver,
 )
@@ -54,16 +55,6 @@ from medeval_core.store import Store, StoreError
 RUNTIME_ONLY_PARAMS = frozenset({"workers"})
 
 T = TypeVar("T")
-
-
-class ScoreParams(BaseModel):
-    """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    scorer: str
-    options: dict[str, Any] = Field(default_factory=dict)
-    workers: int = Field(default=1, ge=1, le=512)
 
 
 def file_fingerprint(path: str | Path) -> InputFile:
@@ -280,9 +271,27 @@ def score_run(
     on_progress: ProgressCallback | None = None,
 ) -> RunReport:
     """Apply a scorer to a stored run's outputs, as a run of its own that names its ``source_run_id``."""
+    source, benchmark, source_params, cases, score_run_id = _score_run_of(source_run_id, params, settings, store,
+                                                                          run_id, label)
+    return _execute_score(benchmark, params, source_params, cases, source_run_id, score_run_id,
+                          source.repetitions, settings, store, workers, on_progress)
+
+
+def create_score_run(source_run_id: str, params: ScoreParams, settings: Settings, store: Store,
+                     run_id: str | None = None, label: str = "") -> str:
+    """Store a score run over ``source_run_id`` as *pending* (a worker then executes it); the scorer and its
+    options are checked here. An existing ``run_id`` with the same parameters is returned as is."""
+    return _score_run_of(source_run_id, params, settings, store, run_id, label)[4]
+
+
+def _score_run_of(source_run_id: str, params: ScoreParams, settings: Settings, store: Store, run_id: str | None,
+                  label: str) -> tuple[RunConfig, Benchmark[Any, Any, Any], BaseModel, Sequence[Case], str]:
+    """The source's config, benchmark, params and cases, and the score run's id (stored now when new)."""
     source = RunConfig.model_validate(store.get_run(source_run_id).config)
     if source.kind == RunKind.SCORE:
         raise BenchmarkError(f"Run {source_run_id} is itself a score run; score the run it scored instead.")
+    if source.kind == RunKind.SESSION:
+        raise BenchmarkError(f"Run {source_run_id} is an interactive session; score a batch run.")
     benchmark = registry.benchmark(source.benchmark)
     source_params = benchmark.parse_params(source.params)
     benchmark.scorer(params.scorer, params.options, settings)  # an unknown scorer or bad options fail here
@@ -290,16 +299,13 @@ def score_run(
     if run_id is not None and _stored_config(store, run_id, source.benchmark, RunKind.SCORE, requested,
                                              source_run_id) is not None:
         _check_inputs(source, _fingerprints(benchmark.input_files(source_params)), source_run_id)
-        cases = benchmark.cases(source_params, settings)
-        score_run_id = run_id
-    else:
-        config = new_run_config(source.benchmark, settings, params, label=label, kind=RunKind.SCORE,
-                                source_run_id=source_run_id, inputs=source.inputs)
-        config = config.model_copy(update={"repetitions": source.repetitions})
-        cases = benchmark.cases(source_params, settings)
-        score_run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
-    return _execute_score(benchmark, params, source_params, cases, source_run_id, score_run_id,
-                          source.repetitions, settings, store, workers, on_progress)
+        return source, benchmark, source_params, benchmark.cases(source_params, settings), run_id
+    config = new_run_config(source.benchmark, settings, params, label=label, kind=RunKind.SCORE,
+                            source_run_id=source_run_id, inputs=source.inputs)
+    config = config.model_copy(update={"repetitions": source.repetitions})
+    cases = benchmark.cases(source_params, settings)
+    score_run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
+    return source, benchmark, source_params, cases, score_run_id
 
 
 def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, source_params: BaseModel,
@@ -334,7 +340,19 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
             raise BenchmarkError(f"Score run {run_id} does not name the run it scores.")
         return score_run(config.source_run_id, ScoreParams.model_validate(config.params), settings, store,
                          run_id=run_id, workers=workers, on_progress=on_progress)
-    return _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
+    report = _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
+    if report.status == RunStatus.COMPLETED:
+        run_score_stages(run_id, settings, store, workers, on_progress)
+    return report
+
+
+def run_score_stages(run_id: str, settings: Settings, store: Store, workers: int | None = None,
+                     on_progress: ProgressCallback | None = None) -> list[RunReport]:
+    """Execute the score runs stored as *pending* over ``run_id`` (the stages a launch planned after it, such as
+    DDI's judge): a launched run's worker does every stage of its plan."""
+    return [score_run(run_id, ScoreParams.model_validate(row.config["params"]), settings, store, run_id=row.id,
+                      workers=workers, on_progress=on_progress)
+            for row in store.runs_scoring(run_id) if row.status == RunStatus.PENDING]
 
 
 def record_worker_error(store: Store, run_id: str, exc: BaseException) -> None:

@@ -246,3 +246,61 @@ def test_launcher_page_offers_the_ddi_stages_and_reports_missing_data_as_text() 
     assert not app.exception
     [error] = app.error
     assert error.value.startswith("Not launched") and "\\*responses\\*" in error.value  # the path stays literal
+
+
+def test_a_ddi_run_launched_from_new_run_is_generated_then_judged_and_can_be_scored_again(
+        isolated_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's stages are the run's: the vision model answers every image, then the configured judge (the fake
+    OpenAI server) judges every response, both in the launched worker; a second judge (offline) scores the same
+    outputs from the page's "Score a stored run", chosen from the stored runs."""
+    from tests.ddi_fixtures import DDI_ROWS, make_ddi_folder, responder_by_colour
+    from tests.fake_openai import RecordedRequest, verdict_reply
+
+    cases = make_ddi_folder(tmp_path / "ddi", DDI_ROWS[:3])
+    vision = responder_by_colour(cases, {case.ddi_id: f"Final diagnosis: {case.disease}" for case in cases})
+
+    def respond(request: RecordedRequest) -> Reply:
+        if "[DDI reference diagnosis]" in request.text():
+            return verdict_reply("as given", True)
+        return vision(request) if "image_url" in str(request.body) else Reply(content="ok")  # the endpoint check
+
+    store = Store(isolated_store)
+    with FakeOpenAI(respond) as server:
+        monkeypatch.setenv("MEDEVAL_JUDGE_BASE_URL", server.url)
+        monkeypatch.setenv("MEDEVAL_JUDGE_MODEL", "judge-llm")
+        monkeypatch.setenv("DASHSCOPE_API_KEY", "test-key")
+        settings = load_settings()
+        values = {s.name: s.default for s in launch.form("ddi", settings, "model")} | {
+            "source": {"images_dir": str(tmp_path / "ddi")}, "model_backend": "openai", "model": "skin-vlm",
+            "base_url": server.url}
+        plan = launch.plan("ddi", values, settings, "model")
+        [stage] = plan.score_stages
+        assert (stage.scorer, stage.options["backend"]) == ("ddi-judge", "openai")
+        assert "judge" in plan.estimate.model_roles
+        launched = launch.launch(plan, settings, label="launched ddi")
+        judge_run = f"{launched.run_id}-judge"
+        assert wait_finished(store, launched.run_id) == "completed"
+        assert wait_finished(store, judge_run) == "completed"
+        requests = server.chat_requests()
+    judged = [r for r in requests if "[DDI reference diagnosis]" in r.text()]
+    seen = [r for r in requests if "image_url" in str(r.body)]
+    assert len(seen) == 3 and len(judged) == 3, "3 vision calls, then 3 judge calls"
+    summary = store.get_run(judge_run).summary
+    accuracy = {m["name"]: m for m in summary["headline"]}["accuracy_judged"]
+    assert accuracy["value"] == 1.0 and accuracy["interval"] and store.get_run(judge_run).source_run_id \
+        == launched.run_id
+
+    app = AppTest.from_file(NEW_RUN_PAGE, default_timeout=120).run()
+    app.radio(key="launch_kind").set_value("Score a stored run").run()
+    assert not app.exception, app.exception
+    app.selectbox(key="score_source").set_value(launched.run_id)
+    app.selectbox(key="score_scorer").set_value("ddi-judge")
+    app.text_area(key="score_options").input('{"backend": "offline"}')
+    [submit] = [b for b in app.button if b.label == "Launch scoring"]
+    submit.click().run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    second = app.session_state["launched_run"]
+    assert second != judge_run and store.get_run(second).source_run_id == launched.run_id
+    assert wait_finished(store, second) == "completed"
+    provenance = [r.scores["correct"]["provenance"]["judge"] for r in store.results(second)]
+    assert len(provenance) == 3 and all(name.startswith("offline") for name in provenance)

@@ -301,6 +301,13 @@ class Store:
         with self.session() as session:
             return list(session.exec(statement))
 
+    def runs_scoring(self, source_run_id: str) -> list[RunRow]:
+        """The score runs over ``source_run_id``, oldest first."""
+        statement = (select(RunRow).where(RunRow.source_run_id == source_run_id, RunRow.kind == RunKind.SCORE)
+                     .order_by(RunRow.created_at))  # type: ignore[arg-type]
+        with self.session() as session:
+            return list(session.exec(statement))
+
     def update_run(self, run_id: str, **changes: Any) -> RunRow:
         with self.session() as session:
             row = session.get(RunRow, run_id)

@@ -265,6 +265,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     name = "ddxplus"
     Params = DDXPlusParams
     Output = DDXPlusOutput
+    score_run_scorers = (SCORER,)
 
     def comparison_key(self, params: DDXPlusParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
         """Patient ids are row numbers of a patients file: two runs share cases only on the same file's contents

@@ -330,6 +330,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
     name = "sdbench"
     Params = SDBenchParams
     Output = SDBenchOutput
+    score_run_scorers = (COST_SCORER, *JUDGE_SCORERS.values())
 
     def __init__(self) -> None:
         self._resources: dict[str, Resources] = {}
