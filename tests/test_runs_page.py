@@ -359,3 +359,29 @@ def test_a_run_whose_worker_was_killed_shows_interrupted_and_resumes_from_the_pa
         time.sleep(0.2)
     finished = store.results(run_id)
     assert len(finished) == 30 and len({r.case_id for r in finished}) == 30 and all(r.ok for r in finished)
+
+
+def test_a_worker_error_reaches_the_page_and_the_run_ends_failed(isolated_store: str,
+                                                                 counting_registered: None) -> None:
+    """A detached worker whose run's summary raises: the run ends *failed* with the error (no resume loop), and
+    the page shows the error and the tail of the worker's log with the traceback."""
+    from medeval_core import workers
+    from medeval_core.context import current_settings
+    from tests.support.counting_benchmark import CountingParams
+
+    settings = current_settings()
+    run_id = workers.create_run(settings, "counting", CountingParams(n_cases=3, fail_summary=True))
+    workers.start_worker(settings, run_id)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 60
+    while workers.run_liveness(store, run_id) not in ("failed", "completed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    row = store.get_run(run_id)
+    assert row.status == RunStatus.FAILED and "the summary fails on purpose" in (row.error or "")
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.selectbox(key="run_selected").set_value(run_id).run()
+    assert not app.exception, app.exception
+    shown = " ".join(e.value.replace("\\", "") for e in app.error)
+    assert "summary failed" in shown and "the summary fails on purpose" in shown, shown
+    [log] = [c.value for c in app.code]
+    assert "in summarize" in log and log.endswith("RuntimeError: the summary fails on purpose")
