@@ -378,3 +378,10 @@ def test_repetitions_complete_with_a_summary_from_the_cli_and_the_launcher(isola
         assert spread["GTPA@1"].repetitions == 3 and spread["GTPA@1"].mean == pytest.approx(gtpa1.value)
         assert gtpa1.interval is not None and gtpa1.role == "accuracy" and summary.metric("IL").role == "turns"
         assert summary.case_metrics and all(m.n == 4 for m in summary.case_metrics)
+    from medeval_core.reports import run_report_html
+    from medeval_core.results import run_listings
+
+    report = run_report_html(store, "ddx-reps")
+    assert "Across 3 repetitions" in report and gtpa1.formatted_interval() in report  # the interval column is filled
+    [listing] = [r for r in run_listings(store.list_runs(), {}) if r.id == "ddx-reps"]
+    assert listing.headline.startswith("GTPA@1") and f"({gtpa1.formatted_interval()})" in listing.headline

@@ -385,3 +385,45 @@ def test_a_worker_error_reaches_the_page_and_the_run_ends_failed(isolated_store:
     assert "summary failed" in shown and "the summary fails on purpose" in shown, shown
     [log] = [c.value for c in app.code]
     assert "in summarize" in log and log.endswith("RuntimeError: the summary fails on purpose")
+
+
+def seed_roles_and_a_failed_run(db_url: str) -> str:
+    """Two SDBench runs whose stored summaries name their metrics as SDBench does (roles declared), and a newer
+    run whose worker failed, with its log beside the store. Returns the failed run's id."""
+    from medeval_core.benchmark import Metric, RunCounts, RunSummary
+    from medeval_core.settings import load_settings
+    from medeval_core.workers import worker_log_path
+
+    store = Store(db_url)
+    for run_id, accuracy, cost in (("sd-cheap", 0.5, 900.0), ("sd-thorough", 0.8, 2400.0)):
+        store.create_run(RunConfig(benchmark="sdbench", label=run_id), run_id=run_id, expected_cases=10)
+        summary = RunSummary(benchmark="sdbench", counts=RunCounts(expected=10, done=10, failed=0, pending=0),
+                             headline=[Metric(name="accuracy (sdbench-offline-judge)", value=accuracy,
+                                              interval=(accuracy - 0.2, accuracy + 0.1), n=10,
+                                              denominator="judged cases", role="accuracy"),
+                                       Metric(name="mean cost per case ($)", value=cost, interval=(cost - 100,
+                                              cost + 100), n=10, denominator="completed cases", unit="number",
+                                              role="cost")])
+        store.update_run(run_id, status=RunStatus.COMPLETED, summary=summary.model_dump(mode="json"))
+    store.create_run(RunConfig(benchmark="counting", label="broken summary"), run_id="broken", expected_cases=3)
+    store.update_run("broken", status=RunStatus.FAILED,
+                     error="The run's cases finished but its summary failed: RuntimeError: on purpose")
+    log = worker_log_path(load_settings().model_copy(update={"db_url": db_url}), "broken")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Traceback (most recent call last):\nRuntimeError: on purpose\n", encoding="utf-8")
+    return "broken"
+
+
+@pytest.mark.browser
+def test_pareto_by_roles_and_a_worker_error_in_chromium(streamlit_app, page, artifacts_dir: Path,
+                                                        tmp_path_factory) -> None:
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('runs-roles') / 'medeval.db'}"
+    seed_roles_and_a_failed_run(db_url)
+    url = streamlit_app(MEDEVAL_DB_URL=db_url)
+    page.goto(f"{url}/runs")
+    page.get_by_text("The run stopped with an error").wait_for()  # the newest run, selected on opening
+    page.get_by_text("The worker's log (last lines)").wait_for()
+    page.get_by_text("RuntimeError: on purpose").last.wait_for()
+    page.get_by_text("Show plots across runs").click()
+    page.get_by_text("Pareto front").wait_for()  # SDBench's metric names, read by their roles
+    page.screenshot(path=str(artifacts_dir / "runs_pareto_error.png"), full_page=True)
