@@ -170,6 +170,7 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     page.get_by_test_id("stSelectbox").filter(has_text="Benchmark").click()
     page.get_by_role("option", name="DDXPlus").click()
     page.get_by_role("spinbutton", name="limit (optional)").fill("25")
+    page.get_by_role("spinbutton", name="repetitions").fill("3")
     page.get_by_role("textbox", name="Run label").fill("KB-Bayes on 25 patients")
     page.get_by_role("button", name="Check parameters").click()
     page.get_by_role("button", name="Launch").wait_for()
@@ -179,9 +180,11 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     page.get_by_role("button", name="Watch it on the Batch runs page").click()
     page.get_by_role("heading", name="Batch runs").wait_for()
     # The run's panel refreshes on its own until the worker has finished every case.
-    page.get_by_text("completed: 25 done, 0 failed, 0 pending of 25").wait_for(timeout=120_000)
+    page.get_by_text("completed: 75 done, 0 failed, 0 pending of 75").wait_for(timeout=120_000)
     page.get_by_role("heading", name="Summary").wait_for()
+    page.get_by_text("Across 3 repetitions").wait_for()  # each repetition's metrics and their spread
     page.set_viewport_size({"width": 1400, "height": 4600})  # Streamlit scrolls inside itself: show all plots
+    page.get_by_text("Plots of this run").click()  # drawn on demand
     page.locator(".js-plotly-plot").first.wait_for()
     assert page.locator(".js-plotly-plot").count() >= 2  # intervals and the per-pathology breakdown
     screenshot = artifacts_dir / "runs_launched_kb_bayes.png"
@@ -189,9 +192,18 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     assert screenshot.stat().st_size > 20_000
     store = Store(db_url)
     [run] = store.list_runs()
-    assert run.status == "completed" and len(store.results(run.id)) == 25
+    assert run.status == "completed" and len(store.results(run.id)) == 75
     assert run.config["params"]["reads_kb"] is True  # stored as the command line stores it (prepare_params)
     assert run.label == "KB-Bayes on 25 patients"
+    # Score the stored run again from New run, as `rescore` does: the run is chosen from the list.
+    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/new-run")
+    page.get_by_text("Score a stored run").click()
+    page.get_by_test_id("stSelectbox").filter(has_text="Run whose outputs are scored").wait_for()
+    page.get_by_role("button", name="Launch scoring").click()
+    page.get_by_text("Launched score run").wait_for()
+    page.screenshot(path=str(artifacts_dir / "new_run_score_stored.png"), full_page=True)
+    [score] = store.runs_scoring(run.id)
+    assert wait_finished(store, score.id) == "completed" and len(store.results(score.id)) == 75
 
 
 def test_a_backend_chosen_in_the_launcher_is_checked_and_stored_with_the_run(isolated_store: str) -> None:
