@@ -144,9 +144,15 @@ def _drawn(page: Any, text: str) -> None:
     page.wait_for_function(IDLE, timeout=600_000, polling=50)
 
 
-def measure_open(browser: Any, url: str, big_summary: str) -> float:
+def _new_page(browser: Any) -> tuple[Any, Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 2200})
     page = context.new_page()
+    page.set_default_timeout(600_000)  # a slow baseline is measured, not abandoned
+    return context, page
+
+
+def measure_open(browser: Any, url: str, big_summary: str) -> float:
+    context, page = _new_page(browser)
     start = time.perf_counter()
     page.goto(f"{url}/runs")
     page.get_by_test_id("stDataFrame").first.wait_for(state="visible", timeout=600_000)
@@ -158,8 +164,7 @@ def measure_open(browser: Any, url: str, big_summary: str) -> float:
 
 def measure_switches(browser: Any, url: str, targets: list[tuple[str, str]], screenshot: Path | None) -> list[float]:
     """Open the page, then for each (option text, summary text) choose the option and time until it is drawn."""
-    context = browser.new_context(viewport={"width": 1400, "height": 2200})
-    page = context.new_page()
+    context, page = _new_page(browser)
     page.goto(f"{url}/runs")
     _drawn(page, targets[-1][1])
     times = []
