@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.records import Case, CaseResult, InputFile, Judgement, ModelCall, Turn
+from medeval_core.records import Case, CaseResult, InputFile, Judgement, MetricSummary, ModelCall, Turn
 from medeval_core.settings import Settings
 
 P = TypeVar("P", bound=BaseModel)
@@ -58,6 +58,16 @@ class RunParams(BaseModel):
 
     workers: int = Field(default=1, ge=1, le=512, description="cases run at once")
     repetitions: int = Field(default=1, ge=1, le=100, description="times each case is run")
+
+
+class ScoreParams(BaseModel):
+    """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scorer: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    workers: int = Field(default=1, ge=1, le=512)
 
 
 class CaseContext(ABC):
@@ -99,6 +109,9 @@ class Scorer(Protocol[C_contra, O_contra]):
 
 
 MetricUnit = Literal["proportion", "percent", "count", "number"]
+MetricRole = Literal["accuracy", "cost", "turns"]
+"""What a headline metric measures, for plots that read across benchmarks (accuracy against cost, turns) whatever
+each benchmark names its metrics."""
 
 
 class Metric(BaseModel):
@@ -112,19 +125,24 @@ class Metric(BaseModel):
     denominator: str
     method: str = ""
     unit: MetricUnit = "proportion"
+    role: MetricRole | None = None
 
     def format(self, value: float | None) -> str:
         """``value`` (the metric's or an interval bound) as the CLI and the pages show it."""
-        if value is None:
-            return "n/a"
-        if self.unit == "proportion":
-            return f"{100 * value:.2f}%"
-        if self.unit == "count":
-            return f"{value:.0f}"
-        return f"{value:.2f}"
+        return format_value(value, self.unit)
 
     def formatted_interval(self) -> str:
         return f"{self.format(self.interval[0])} - {self.format(self.interval[1])}" if self.interval else ""
+
+
+def format_value(value: float | None, unit: MetricUnit) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "proportion":
+        return f"{100 * value:.2f}%"
+    if unit == "count":
+        return f"{value:.0f}"
+    return f"{value:.2f}"
 
 
 class MetricGroup(BaseModel):
@@ -156,6 +174,32 @@ class RunCounts(BaseModel):
         return cls(expected=expected, done=done, failed=failed, pending=max(expected - done - failed, 0))
 
 
+class MetricSpread(BaseModel):
+    """One headline metric across a run's repetitions, as the SkinGPT-R1 protocol reports runs over seeds: the
+    mean of the per-repetition values, their sample standard deviation (None for one repetition) and range."""
+
+    name: str
+    unit: MetricUnit = "proportion"
+    repetitions: int
+    mean: float
+    sd: float | None
+    low: float
+    high: float
+
+    def formatted(self) -> str:
+        sd = f" ± {format_value(self.sd, self.unit)}" if self.sd is not None else ""
+        return (f"{format_value(self.mean, self.unit)}{sd} (range {format_value(self.low, self.unit)} - "
+                f"{format_value(self.high, self.unit)}, {self.repetitions} repetitions)")
+
+
+class RepetitionSummary(BaseModel):
+    """The headline metrics of one repetition alone."""
+
+    repetition: int
+    counts: RunCounts
+    metrics: list[Metric]
+
+
 class RunSummary(BaseModel):
     """Every benchmark's run summary; the runs page and the CLI printer render any of them the same way."""
 
@@ -167,9 +211,20 @@ class RunSummary(BaseModel):
     reference: list[ReferenceRow] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     extras: dict[str, Any] = Field(default_factory=dict)
+    repetitions: list[RepetitionSummary] = Field(default_factory=list)
+    """Per repetition, when the run has more than one (``summarize_repetitions``)."""
+    spread: list[MetricSpread] = Field(default_factory=list)
+    """Each headline metric's spread across the repetitions."""
+    case_metrics: list[MetricSummary] = Field(default_factory=list)
+    """Every per-case metric over the finished cases with its interval (``compare``), stored with a finished run
+    so that pages read it instead of every result."""
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.headline if m.name == name), None)
+
+    def with_role(self, role: MetricRole) -> Metric | None:
+        """The first headline metric that declares ``role`` (plots read roles, not names)."""
+        return next((m for m in self.headline if m.role == role), None)
 
 
 class ScoredCase(BaseModel, Generic[O]):
@@ -185,6 +240,9 @@ class Benchmark(ABC, Generic[P, C, O]):
     name: ClassVar[str]
     Params: type[P]
     Output: type[O]
+    score_run_scorers: ClassVar[tuple[str, ...]] = ()
+    """The scorers a score run over one of its stored runs can apply (``scorer(name, ...)``): what the New run
+    page offers beside the command line's ``rescore``."""
 
     @abstractmethod
     def cases(self, params: P, settings: Settings) -> Sequence[C]: ...
@@ -201,6 +259,11 @@ class Benchmark(ABC, Generic[P, C, O]):
     def scorer(self, name: str, options: Mapping[str, Any], settings: Settings) -> Scorer[C, O]:
         """A named scorer for a score run over a stored run's outputs."""
         raise BenchmarkError(f"The {self.name} benchmark has no scorer called {name!r}.")
+
+    def score_stages(self, params: P, settings: Settings) -> list[ScoreParams]:
+        """Score runs that complete a run of these params once its cases are done (DDI: its responses are judged
+        by a score run); none by default. A launched run does them in its worker, as ``run ddi`` does."""
+        return []
 
     @abstractmethod
     def summarize(self, params: P, cases: Sequence[C], results: Sequence[CaseResult]) -> RunSummary: ...

@@ -70,6 +70,7 @@ def print_summary(summary: RunSummary, report: RunReport | None = None, file: An
         interval = f"  95% CI {metric.formatted_interval()}" if metric.interval else ""
         print(f"  {metric.name:<20} {metric.format(metric.value):>10}{interval}  (n={metric.n}, "
               f"{metric.denominator})", file=out)
+    print_repetitions(summary, out)
     for group in summary.groups:
         figures = ", ".join(f"{m.name} {m.format(m.value)} (n={m.n})" for m in group.metrics)
         print(f"  [{group.dimension}] {group.label}: {figures}", file=out)
@@ -80,6 +81,19 @@ def print_summary(summary: RunSummary, report: RunReport | None = None, file: An
             print(f"  {row.label:<28} {values}  ({row.source})", file=out)
     for note in summary.notes:
         print(f"note: {note}", file=out)
+
+
+def print_repetitions(summary: RunSummary, file: Any = None) -> None:
+    """Each headline metric's spread over the repetitions, then each repetition's metrics (nothing for one)."""
+    out = file or sys.stdout
+    if not summary.repetitions:
+        return
+    print(f"Across {len(summary.repetitions)} repetitions (mean ± SD, range):", file=out)
+    for spread in summary.spread:
+        print(f"  {spread.name:<20} {spread.formatted()}", file=out)
+    for repetition in summary.repetitions:
+        figures = ", ".join(f"{m.name} {m.format(m.value)}" for m in repetition.metrics) or "no metric"
+        print(f"  repetition {repetition.repetition}: {figures} (done {repetition.counts.done})", file=out)
 
 
 def exit_status(report: RunReport) -> int:
@@ -105,7 +119,7 @@ def _field_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
     return str, None
 
 
-COMMON_RUN_OPTIONS = ("run_id", "label", "json", "workers")
+COMMON_RUN_OPTIONS = ("run_id", "label", "json", "workers", "repetitions")
 
 
 class BenchmarkCli:
@@ -135,11 +149,18 @@ class BenchmarkCli:
         values = {name: getattr(args, name) for name in fields if getattr(args, name, None) is not None}
         return self.params_model().model_validate(values)
 
+    def params(self, args: argparse.Namespace, settings: Settings) -> BaseModel:
+        """``run_params`` with the options every benchmark's ``run`` has (``--repetitions``) applied."""
+        params = self.run_params(args, settings)
+        if getattr(args, "repetitions", None) is None:
+            return params
+        return type(params).model_validate({**params.model_dump(mode="json"), "repetitions": args.repetitions})
+
     def run(self, args: argparse.Namespace, settings: Settings, store: Store,
             on_progress: ProgressCallback | None) -> RunReport:
         from medeval_core import service
 
-        return service.launch(self.name, self.run_params(args, settings), settings, store, run_id=args.run_id,
+        return service.launch(self.name, self.params(args, settings), settings, store, run_id=args.run_id,
                               label=args.label, workers=args.workers, on_progress=on_progress, freeze_inputs=True)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
@@ -186,6 +207,16 @@ class ThrottledProgress:
             print_progress(progress)
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def extension(name: str) -> BenchmarkCli:
     found = registry.cli_extension(name)
     return found if isinstance(found, BenchmarkCli) else BenchmarkCli(name)
@@ -217,6 +248,9 @@ def _add_benchmark_commands(groups: CommandGroups) -> None:
         cli.add_run_arguments(parser)
         parser.add_argument("--workers", type=int, help="cases run at once (default: the benchmark's own; a resume "
                                                         "keeps the stored number)")
+        parser.add_argument("--repetitions", type=_at_least_one,
+                            help="times each case is run (default 1); the summary gives each repetition's metrics "
+                                 "and their spread")
         parser.add_argument("--run-id", help="name the run; an existing run with this id continues with its stored "
                                              "parameters (other parameters are refused)")
         parser.add_argument("--label", default="", help="free text shown in run lists")

@@ -23,6 +23,32 @@ A_contra = TypeVar("A_contra", contravariant=True)
 Obs_contra = TypeVar("Obs_contra", contravariant=True)
 
 
+class PatientTurn(BaseModel):
+    """The one shape of a simulated patient's (or gatekeeper's) reply in a dialogue turn's payload, whatever the
+    benchmark: the ``question`` it answered and its ``answer`` as text. Benchmarks subclass it with their own
+    provenance (facts used, evidence codes); annotation and the drill-down read only these two fields."""
+
+    question: str
+    answer: str
+
+    @classmethod
+    def read(cls, payload: Mapping[str, Any]) -> PatientTurn | None:
+        """The reply in a stored turn's payload, or None for a turn that is not one. Turns stored before this shape
+        are read too: MEDIQ and DynamiCare kept the answer under ``text`` (beside the ``facts`` it used), SDBench
+        the gatekeeper's requests as a list beside its ``answer``."""
+        answer = payload.get("answer")
+        if not isinstance(answer, str):
+            answer = payload.get("text") if "facts" in payload else None
+        if not isinstance(answer, str):
+            return None
+        question = payload.get("question")
+        if not isinstance(question, str):
+            requests = payload.get("requests")
+            question = "; ".join(str(r) for r in requests) if isinstance(requests, list) else ""
+        # A reply answers something: an acknowledgement of a final answer ("Diagnosis recorded.") is not one.
+        return cls(question=question, answer=answer) if question else None
+
+
 class EpisodeError(ValueError):
     """An action the episode does not allow (after the end, past a limit, invalid); the message says why."""
 

@@ -13,14 +13,16 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from medeval_core import registry, workers
-from medeval_core.benchmark import BenchmarkError
+from medeval_core import registry, service, workers
+from medeval_core.benchmark import BenchmarkError, ScoreParams
 from medeval_core.data import SOURCES
 from medeval_core.endpoints import EndpointCheck, check_roles
+from medeval_core.errors import StoreError
 from medeval_core.forms import FieldSpec, FormError, describe_validation_error, field_specs, form_variants
 from medeval_core.forms import validate_form as validate_values
+from medeval_core.records import CaseStatus, RunKind
 from medeval_core.settings import BackendChoice, Settings, overriding_variables
-from medeval_core.store import Store
+from medeval_core.store import Store, open_store
 from medeval_core.store.model_backends import list_backends
 
 
@@ -105,6 +107,8 @@ class LaunchPlan(BaseModel):
     benchmark: str
     variant: str | None
     params: dict[str, Any]
+    score_stages: list[ScoreParams] = []
+    """Score runs the worker does once the cases are done (DDI's judge), in order."""
     roles: dict[str, BackendChoice]
     """The backends chosen for this run's roles (the run stores them with its settings)."""
     settings: dict[str, Any]
@@ -147,8 +151,13 @@ def plan(benchmark: str, values: Mapping[str, Any], settings: Settings, variant:
     repetitions = int(getattr(params, "repetitions", 1))
     checked_roles = _roles(benchmark, params, settings)
     case_runs = len(cases) * repetitions
+    try:
+        stages = implementation.score_stages(params, settings)
+    except BenchmarkError as exc:
+        raise LaunchError(str(exc)) from None
     return LaunchPlan(
         benchmark=benchmark, variant=variant, params=params.model_dump(mode="json"), roles=chosen,
+        score_stages=stages,
         settings=settings.effective(),
         settings_hash=settings.settings_hash(),
         estimate=WorkEstimate(cases=len(cases), repetitions=repetitions, case_runs=case_runs, model_roles=checked_roles,
@@ -173,12 +182,56 @@ def launch(launch_plan: LaunchPlan, settings: Settings, label: str = "") -> Laun
     failed = [check for check in checks if not check.ok]
     if failed:
         raise LaunchError(" ".join(check.message() for check in failed))
+    run_settings = launch_plan.run_settings(settings)
     try:
-        run_id = workers.create_run(launch_plan.run_settings(settings), launch_plan.benchmark, launch_plan.params,
-                                    label=label or None)
+        run_id = workers.create_run(run_settings, launch_plan.benchmark, launch_plan.params, label=label or None)
+        store = open_store(settings.db_url)
+        # Stored now as pending: the run's worker does them once its cases are done (service.run_score_stages).
+        for number, stage in enumerate(launch_plan.score_stages, start=1):
+            service.create_score_run(run_id, stage, run_settings, store, run_id=stage_run_id(run_id, stage, number),
+                                     label=f"{label or run_id}: {stage.scorer}")
     except ValidationError as exc:
         raise LaunchError(describe_validation_error(exc)) from None
     except BenchmarkError as exc:
         raise LaunchError(str(exc)) from None
     pid = workers.start_worker(settings, run_id)
     return Launched(run_id=run_id, pid=pid, checks=checks)
+
+
+def stage_run_id(run_id: str, stage: ScoreParams, number: int) -> str:
+    """A planned score stage's run id: ``RUN-judge`` for a judge, as ``run ddi`` names it."""
+    suffix = "judge" if "judge" in stage.scorer else stage.scorer
+    return f"{run_id}-{suffix}" if number == 1 else f"{run_id}-{suffix}-{number}"
+
+
+class ScoreSource(BaseModel):
+    """A stored run whose outputs a score run can score, as the New run page lists it."""
+
+    run_id: str
+    label: str
+    benchmark: str
+    scorers: list[str]
+
+
+def score_sources(store: Store) -> list[ScoreSource]:
+    """Batch runs with finished cases, newest first, each with the scorers its benchmark offers for score runs."""
+    sources = []
+    for row in store.list_runs():
+        if row.kind != RunKind.BATCH or row.benchmark not in registry.specs():
+            continue
+        scorers = list(registry.benchmark(row.benchmark).score_run_scorers)
+        if scorers and store.result_counts(row.id).get(CaseStatus.OK):
+            sources.append(ScoreSource(run_id=row.id, label=row.label or row.id, benchmark=row.benchmark,
+                                       scorers=scorers))
+    return sources
+
+
+def launch_score(source_run_id: str, params: ScoreParams, settings: Settings, label: str = "") -> Launched:
+    """Store a score run over a stored run (a second judge, another scorer: what ``rescore`` does) and start its
+    worker. ``LaunchError`` says what to change (an unknown scorer, bad options, a source that cannot be scored)."""
+    try:
+        run_id = service.create_score_run(source_run_id, params, settings, open_store(settings.db_url),
+                                          label=label)
+    except (BenchmarkError, StoreError) as exc:
+        raise LaunchError(str(exc)) from None
+    return Launched(run_id=run_id, pid=workers.start_worker(settings, run_id), checks=[])

@@ -14,11 +14,6 @@ from pydantic import BaseModel
 from medeval_core.benchmark import RunSummary
 from medeval_core.compare import MetricSummary
 
-ACCURACY_METRICS = ("accuracy", "GTPA@1")
-"""Headline metrics read as a run's accuracy on the accuracy-cost plot, first found wins."""
-COST_METRIC = "mean cost"
-"""The headline metric a sequential-diagnosis benchmark reports its mean cost per case under."""
-
 _LAYOUT = {"margin": {"t": 40, "b": 40}, "height": 380, "legend": {"orientation": "h"}}
 
 
@@ -58,11 +53,11 @@ def pareto_front(points: Sequence[CostPoint]) -> list[CostPoint]:
 
 
 def cost_points(summaries: Mapping[str, RunSummary]) -> list[CostPoint]:
-    """The runs whose summaries report both an accuracy and a mean cost, with the Pareto front marked."""
+    """The runs whose summaries have a metric in the accuracy role and one in the cost role (``Metric.role``,
+    whatever the benchmark names them), with the Pareto front marked."""
     points = []
     for label, summary in summaries.items():
-        accuracy = next((m for name in ACCURACY_METRICS if (m := summary.metric(name)) is not None), None)
-        cost = summary.metric(COST_METRIC)
+        accuracy, cost = summary.with_role("accuracy"), summary.with_role("cost")
         if accuracy is not None and cost is not None and accuracy.value is not None and cost.value is not None:
             points.append(CostPoint(label=label, accuracy=accuracy.value, cost=cost.value))
     return pareto_front(points)

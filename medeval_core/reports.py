@@ -16,7 +16,6 @@ import plotly.graph_objects as go
 
 from medeval_core import plots, service
 from medeval_core.benchmark import RunSummary
-from medeval_core.compare import run_summaries
 from medeval_core.records import utc_now
 from medeval_core.results import case_rows, run_label
 from medeval_core.store import Store
@@ -61,6 +60,11 @@ def _summary_html(summary: RunSummary | None) -> str:
                               "n": m.n, "denominator": m.denominator} for m in summary.headline]))
     elif not counts.done:
         parts.append('<p class="note">No case finished: no metric is reported.</p>')
+    if summary.spread:
+        parts.append(f"<h3>Across {len(summary.repetitions)} repetitions</h3>")
+        parts.append(_table([{"metric": s.name, "mean ± SD (range)": s.formatted()} for s in summary.spread]))
+        parts.append(_table([{"repetition": r.repetition, "done": r.counts.done, "failed": r.counts.failed,
+                              **{m.name: m.format(m.value) for m in r.metrics}} for r in summary.repetitions]))
     if summary.groups:
         parts.append("<h3>By group</h3>")
         parts.append(_table([{"dimension": g.dimension, "group": g.label,
@@ -76,7 +80,7 @@ def _summary_html(summary: RunSummary | None) -> str:
 def _figures(store: Store, run_id: str, summary: RunSummary | None, label: str) -> list[go.Figure]:
     if summary is None or not summary.counts.done:
         return []
-    figures = [plots.metric_intervals({label: run_summaries(store, run_id)})]
+    figures = [plots.metric_intervals({label: service.metric_summaries(store, run_id, summary=summary)})]
     for dimension in plots.group_dimensions(summary):
         first = next((g for g in summary.groups if g.dimension == dimension), None)
         if first and first.metrics:

@@ -75,17 +75,24 @@ def headline_text(metric: Metric | None) -> str:
     return f"{metric.name} {metric.format(metric.value)}{interval}, n={metric.n}"
 
 
-def run_listings(store: Store, rows: Sequence[RunRow], states: Mapping[str, str]) -> list[RunListing]:
+def headline_metric(summary: RunSummary | None) -> Metric | None:
+    """The metric a run is listed by: its accuracy (``Metric.role``) where it has one, else its first."""
+    if summary is None or not summary.headline:
+        return None
+    return summary.with_role("accuracy") or summary.headline[0]
+
+
+def run_listings(rows: Sequence[RunRow], states: Mapping[str, str]) -> list[RunListing]:
     """``rows`` (runs, newest first) with the status people should see (``states``: the workers' liveness, a run
-    whose workers died is *interrupted*; the stored status for a run missing from it)."""
+    whose workers died is *interrupted*; the stored status for a run missing from it), from the rows alone."""
     listings = []
     for row in rows:
         params = row.config.get("params", {}) if isinstance(row.config, dict) else {}
-        summary = service.stored_summary(store, row.id)
+        summary = service.parsed_summary(row.summary)
         listings.append(RunListing(
             id=row.id, label=row.label, benchmark=row.benchmark, kind=row.kind,
             status=states.get(row.id, row.status), agent=_agent(params), judge=_judge(row, params),
-            headline=headline_text(summary.headline[0] if summary and summary.headline else None),
+            headline=headline_text(headline_metric(summary)),
             expected_cases=row.expected_cases, created_at=row.created_at, source_run_id=row.source_run_id,
         ))
     return listings
@@ -105,26 +112,22 @@ def case_rows(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
     return [_case_row(r.case_id, r.repetition, r.status.value, r.error, r.metrics) for r in results]
 
 
-def run_case_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
-    """``case_rows`` of a stored run without reading its outputs (the finished cases' metrics, the failed cases
-    with their errors), cached per result stamp like the summaries: an unchanged run costs one COUNT query."""
-    return list(_run_case_rows(store.url, run_id, store.results_stamp(run_id)))
+class CasePage(BaseModel):
+    """One page of a run's per-case table and how many results match its filter."""
+
+    rows: list[dict[str, Any]]
+    total: int
+    offset: int
 
 
-@lru_cache(maxsize=16)
-def _run_case_rows(url: str, run_id: str, stamp: tuple[int, int | None]) -> tuple[dict[str, Any], ...]:
-    store = open_store(url)
-    finished = [_case_row(case_id, repetition, CaseStatus.OK.value, None, metrics)
-                for case_id, repetition, metrics in store.metric_rows(run_id)]
-    return (*finished, *case_rows(store.results(run_id, status=CaseStatus.FAILED)))
-
-
-def filter_cases(rows: Sequence[dict[str, Any]], status: str | None = None, search: str = "") -> list[dict[str, Any]]:
-    """The rows of ``status`` (``ok``/``failed``; None for all) whose case id or error contains ``search``."""
-    needle = search.strip().lower()
-    return [row for row in rows
-            if (status is None or row["status"] == status)
-            and (not needle or needle in str(row["case"]).lower() or needle in str(row["error"]).lower())]
+def case_page(store: Store, run_id: str, status: str | None = None, search: str = "", page: int = 0,
+              page_size: int = 50) -> CasePage:
+    """``page`` (from 0) of the run's per-case rows of ``status`` (``ok``/``failed``; None for all) whose case id
+    or error contains ``search``, read through the store a page at a time (``Store.case_page``)."""
+    offset = max(page, 0) * page_size
+    found, total = store.case_page(run_id, CaseStatus(status) if status else None, search, offset, page_size)
+    return CasePage(rows=[_case_row(case_id, repetition, state, error, metrics)
+                          for case_id, repetition, state, error, metrics in found], total=total, offset=offset)
 
 
 # Drill-down ---------------------------------------------------------------------------------------------------------
@@ -259,7 +262,8 @@ def stored_summaries(store: Store, run_ids: Sequence[str]) -> dict[str, RunSumma
     """Run label -> stored summary, for the runs that have one (plots across runs)."""
     summaries = {}
     for run_id in run_ids:
-        summary = service.stored_summary(store, run_id)
+        row = store.get_run(run_id)
+        summary = service.parsed_summary(row.summary)
         if summary is not None:
-            summaries[run_label(store.get_run(run_id))] = summary
+            summaries[run_label(row)] = summary
     return summaries

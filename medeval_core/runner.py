@@ -289,9 +289,16 @@ class BatchRunner:
                 self.db(self.store.finish_run, run_id, lambda: {"status": RunStatus.FAILED, "error": error,
                                                                 "finished_at": utc_now()}, when="alone")
             raise
-        self._stop(worker.id, stop_beating, beat)
-        self.db(self.store.finish_run, run_id, lambda: self._final(run_id, total, cancelled, final_summary),
-                when="alone" if cancelled else "drained")
+        if cancelled:  # it ends the run only once no worker is left
+            self._stop(worker.id, stop_beating, beat)
+            self._finish(run_id, total, cancelled, final_summary, when="alone")
+        else:
+            # Drained: the run ends while this worker is still alive (and heart-beating through a long summary), so
+            # it never shows as interrupted between its last case and its summary.
+            try:
+                self._finish(run_id, total, cancelled, final_summary, when="drained")
+            finally:
+                self._stop(worker.id, stop_beating, beat)
         status = RunStatus(self.db(self.store.get_run, run_id).status)
         counts = self.db(self.store.result_counts, run_id)
         done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
@@ -299,6 +306,22 @@ class BatchRunner:
         self._emit(tally.progress(run_id))
         return RunReport(run_id=run_id, status=status, total=total, done=done, failed=failed,
                          pending=max(total - done - failed, 0))
+
+    def _finish(self, run_id: str, total: int, cancelled: bool, final_summary: FinalSummary | None,
+                when: str) -> None:
+        """Write the run's closing status and summary. A summary that cannot be computed ends the run *failed*
+        with the reason (then raises), never left running for a resume that would fail the same way."""
+        try:
+            self.db(self.store.finish_run, run_id, lambda: self._final(run_id, total, cancelled, final_summary),
+                    when=when)
+        except (DatabaseUnavailable, StoreFullError):
+            raise  # the summary was not written: the run stays resumable, not failed
+        except Exception as exc:
+            error = (f"The run's cases finished but its summary failed: {describe_error(exc)}. Fix the cause, "
+                     f"then resume with `python -m medeval_core resume {run_id}`.")
+            self.db(self.store.finish_run, run_id, lambda: {"status": RunStatus.FAILED, "error": error,
+                                                            "finished_at": utc_now()}, when=when)
+            raise
 
     def _queue_keys(self, cases: Sequence[Case], repetitions: int) -> QueueKeys:
         """The run's queue: every repetition of every case, grouped by the solver's ``claim_group``."""

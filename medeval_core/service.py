@@ -15,15 +15,29 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import numpy as np
+from pydantic import BaseModel, ValidationError
 
 from medeval_core import registry
-from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, ModelRoles, RunSummary, Scorer, Solver
+from medeval_core.benchmark import (
+    Benchmark,
+    BenchmarkError,
+    CaseContext,
+    Metric,
+    MetricSpread,
+    ModelRoles,
+    RepetitionSummary,
+    RunSummary,
+    ScoreParams,
+    Scorer,
+    Solver,
+)
 from medeval_core.files import sha256_of
 from medeval_core.memory import long_lived
 from medeval_core.records import (
     Case,
     CaseOutcome,
+    CaseResult,
     CaseStatus,
     InputFile,
     MetricSummary,
@@ -41,16 +55,6 @@ from medeval_core.store import RunRow, Store, StoreError
 RUNTIME_ONLY_PARAMS = frozenset({"workers"})
 
 T = TypeVar("T")
-
-
-class ScoreParams(BaseModel):
-    """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    scorer: str
-    options: dict[str, Any] = Field(default_factory=dict)
-    workers: int = Field(default=1, ge=1, le=512)
 
 
 def file_fingerprint(path: str | Path) -> InputFile:
@@ -267,9 +271,27 @@ def score_run(
     on_progress: ProgressCallback | None = None,
 ) -> RunReport:
     """Apply a scorer to a stored run's outputs, as a run of its own that names its ``source_run_id``."""
+    source, benchmark, source_params, cases, score_run_id = _score_run_of(source_run_id, params, settings, store,
+                                                                          run_id, label)
+    return _execute_score(benchmark, params, source_params, cases, source_run_id, score_run_id,
+                          source.repetitions, settings, store, workers, on_progress)
+
+
+def create_score_run(source_run_id: str, params: ScoreParams, settings: Settings, store: Store,
+                     run_id: str | None = None, label: str = "") -> str:
+    """Store a score run over ``source_run_id`` as *pending* (a worker then executes it); the scorer and its
+    options are checked here. An existing ``run_id`` with the same parameters is returned as is."""
+    return _score_run_of(source_run_id, params, settings, store, run_id, label)[4]
+
+
+def _score_run_of(source_run_id: str, params: ScoreParams, settings: Settings, store: Store, run_id: str | None,
+                  label: str) -> tuple[RunConfig, Benchmark[Any, Any, Any], BaseModel, Sequence[Case], str]:
+    """The source's config, benchmark, params and cases, and the score run's id (stored now when new)."""
     source = RunConfig.model_validate(store.get_run(source_run_id).config)
     if source.kind == RunKind.SCORE:
         raise BenchmarkError(f"Run {source_run_id} is itself a score run; score the run it scored instead.")
+    if source.kind == RunKind.SESSION:
+        raise BenchmarkError(f"Run {source_run_id} is an interactive session; score a batch run.")
     benchmark = registry.benchmark(source.benchmark)
     source_params = benchmark.parse_params(source.params)
     benchmark.scorer(params.scorer, params.options, settings)  # an unknown scorer or bad options fail here
@@ -277,16 +299,13 @@ def score_run(
     if run_id is not None and _stored_config(store, run_id, source.benchmark, RunKind.SCORE, requested,
                                              source_run_id) is not None:
         _check_inputs(source, _fingerprints(benchmark.input_files(source_params)), source_run_id)
-        cases = benchmark.cases(source_params, settings)
-        score_run_id = run_id
-    else:
-        config = new_run_config(source.benchmark, settings, params, label=label, kind=RunKind.SCORE,
-                                source_run_id=source_run_id, inputs=source.inputs)
-        config = config.model_copy(update={"repetitions": source.repetitions})
-        cases = benchmark.cases(source_params, settings)
-        score_run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
-    return _execute_score(benchmark, params, source_params, cases, source_run_id, score_run_id,
-                          source.repetitions, settings, store, workers, on_progress)
+        return source, benchmark, source_params, benchmark.cases(source_params, settings), run_id
+    config = new_run_config(source.benchmark, settings, params, label=label, kind=RunKind.SCORE,
+                            source_run_id=source_run_id, inputs=source.inputs)
+    config = config.model_copy(update={"repetitions": source.repetitions})
+    cases = benchmark.cases(source_params, settings)
+    score_run_id = store.create_run(config, run_id=run_id, expected_cases=len(cases) * source.repetitions).id
+    return source, benchmark, source_params, cases, score_run_id
 
 
 def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, source_params: BaseModel,
@@ -321,7 +340,28 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
             raise BenchmarkError(f"Score run {run_id} does not name the run it scores.")
         return score_run(config.source_run_id, ScoreParams.model_validate(config.params), settings, store,
                          run_id=run_id, workers=workers, on_progress=on_progress)
-    return _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
+    report = _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
+    if report.status == RunStatus.COMPLETED:
+        run_score_stages(run_id, settings, store, workers, on_progress)
+    return report
+
+
+def run_score_stages(run_id: str, settings: Settings, store: Store, workers: int | None = None,
+                     on_progress: ProgressCallback | None = None) -> list[RunReport]:
+    """Execute the score runs stored as *pending* over ``run_id`` (the stages a launch planned after it, such as
+    DDI's judge): a launched run's worker does every stage of its plan."""
+    return [score_run(run_id, ScoreParams.model_validate(row.config["params"]), settings, store, run_id=row.id,
+                      workers=workers, on_progress=on_progress)
+            for row in store.runs_scoring(run_id) if row.status == RunStatus.PENDING]
+
+
+def record_worker_error(store: Store, run_id: str, exc: BaseException) -> None:
+    """Keep why a worker stopped on the run (its ``error``), so the runs page says it; a run that does not exist
+    has nowhere to keep it."""
+    from medeval_core.runner import describe_error
+
+    if store.find_run(run_id) is not None and store.get_run(run_id).error is None:
+        store.update_run(run_id, error=f"A worker stopped: {describe_error(exc)}")
 
 
 def run_settings(settings: Settings, config: RunConfig) -> Settings:
@@ -353,7 +393,43 @@ def summarize_run(store: Store, run_id: str, settings: Settings) -> RunSummary:
     if config.kind == RunKind.SCORE and config.source_run_id is not None:
         params_source = RunConfig.model_validate(store.get_run(config.source_run_id).config)
     params = benchmark.parse_params(params_source.params)
-    return benchmark.summarize(params, benchmark.cases(params, settings), store.results(run_id))
+    cases, results = benchmark.cases(params, settings), store.results(run_id)
+    return summarize_repetitions(benchmark, params, cases, results, benchmark.summarize(params, cases, results))
+
+
+def summarize_repetitions(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case],
+                          results: Sequence[CaseResult], summary: RunSummary) -> RunSummary:
+    """``summary`` with, for a run of several repetitions, each repetition's headline metrics (the benchmark's
+    own summary of that repetition's results alone) and every headline metric's spread across them (mean,
+    standard deviation, range), as the SkinGPT-R1 protocol reports runs over seeds."""
+    repetitions = int(getattr(params, "repetitions", 1))
+    if repetitions <= 1:
+        return summary
+    single = benchmark.parse_params({**params.model_dump(mode="json"), "repetitions": 1})
+    per_repetition = []
+    for repetition in range(repetitions):
+        mine = [result for result in results if result.repetition == repetition]
+        alone = benchmark.summarize(single, cases, mine)
+        per_repetition.append(RepetitionSummary(repetition=repetition, counts=alone.counts,
+                                                metrics=alone.headline if alone.counts.done else []))
+    return summary.model_copy(update={"repetitions": per_repetition,
+                                      "spread": metric_spreads(summary.headline, per_repetition)})
+
+
+def metric_spreads(headline: Sequence[Metric], repetitions: Sequence[RepetitionSummary]) -> list[MetricSpread]:
+    """Each headline metric's mean, sample standard deviation and range over the repetitions that report it."""
+    spreads = []
+    for metric in headline:
+        values = np.array([found.value for repetition in repetitions
+                           if (found := next((m for m in repetition.metrics if m.name == metric.name), None))
+                           is not None and found.value is not None], dtype=float)
+        if not values.size:
+            continue
+        spreads.append(MetricSpread(name=metric.name, unit=metric.unit, repetitions=int(values.size),
+                                    mean=float(values.mean()),
+                                    sd=float(values.std(ddof=1)) if values.size > 1 else None,
+                                    low=float(values.min()), high=float(values.max())))
+    return spreads
 
 
 def closing_summary(store: Store, run_id: str, settings: Settings, status: RunStatus) -> RunSummary:
@@ -361,6 +437,8 @@ def closing_summary(store: Store, run_id: str, settings: Settings, status: RunSt
     of zeros beside the published reference rows would read as a result). Cancelled: the metrics cover only the
     cases that finished, and say so."""
     summary = summarize_run(store, run_id, settings)
+    if summary.counts.done:
+        summary = summary.model_copy(update={"case_metrics": case_metric_summaries(store, run_id)})
     counts = summary.counts
     if counts.done == 0:
         return summary.model_copy(update={
@@ -377,11 +455,19 @@ def closing_summary(store: Store, run_id: str, settings: Settings, status: RunSt
 def stored_summary(store: Store, run_id: str) -> RunSummary | None:
     """The summary stored with the run at its last finish, or None (never finished, or stored by an older
     version in another shape)."""
-    raw = store.get_run(run_id).summary
+    return parsed_summary(store.get_run(run_id).summary)
+
+
+def parsed_summary(raw: Mapping[str, Any] | None) -> RunSummary | None:
+    """A run row's stored summary as a ``RunSummary``; None when there is none or it has an older shape."""
     try:
         return RunSummary.model_validate(raw) if raw else None
     except ValidationError:
         return None
+
+
+def summary_of(overview: RunOverview) -> RunSummary | None:
+    return parsed_summary(overview.summary)
 
 
 def export_results(store: Store, run_id: str, path: Path) -> Path:
@@ -521,11 +607,34 @@ class RunSnapshot(BaseModel):
     """Over the finished cases; empty when none finished (no metric over zero cases)."""
 
 
-def run_snapshot(store: Store, run_id: str) -> RunSnapshot:
-    """The run's overview, stored summary and metric summaries together (``compare.run_summaries`` is cached
-    per result stamp, so an unchanged run costs a few small queries per refresh)."""
+def case_metric_summaries(store: Store, run_id: str) -> list[MetricSummary]:
+    """Every per-case metric of the run's finished results with its interval, computed from the results (what a
+    run stores with its closing summary)."""
+    from medeval_core.compare import summarize_metric_rows
+
+    return summarize_metric_rows(store.metric_rows(run_id))
+
+
+def metric_summaries(store: Store, run_id: str, overview: RunOverview | None = None,
+                     summary: RunSummary | None = None) -> list[MetricSummary]:
+    """The per-case metric summaries the pages show: a finished run's stored ones (read with its summary, no
+    result read), else computed over the finished results so far (``compare.run_summaries``, cached per result
+    stamp)."""
     from medeval_core.compare import run_summaries
 
+    overview = overview or run_overview(store, run_id)
+    if not overview.done:
+        return []
+    summary = summary if summary is not None else stored_summary(store, run_id)
+    if not overview.active and overview.state != "pending" and summary is not None and summary.case_metrics:
+        return [item.model_copy() for item in summary.case_metrics]
+    return run_summaries(store, run_id)
+
+
+def run_snapshot(store: Store, run_id: str) -> RunSnapshot:
+    """The run's overview, stored summary and metric summaries together: a finished run's are read from its
+    stored summary; a live run's are computed (cached per result stamp)."""
     overview = run_overview(store, run_id)
-    metrics = run_summaries(store, run_id) if overview.done else []
-    return RunSnapshot(overview=overview, summary=stored_summary(store, run_id), metrics=metrics)
+    summary = summary_of(overview)
+    return RunSnapshot(overview=overview, summary=summary,
+                       metrics=metric_summaries(store, run_id, overview, summary))

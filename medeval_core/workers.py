@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from medeval_core import service
 from medeval_core.records import RunKind
+from medeval_core.redaction import redact
 from medeval_core.settings import DEFAULT_VAR_DIR, PROJECT_ROOT, Settings
 from medeval_core.store import RunRow, Store, open_store
 
@@ -43,6 +44,20 @@ def worker_log_path(settings: Settings, run_id: str) -> Path:
     folder = (Path(url.database).resolve().parent if url.get_backend_name() == "sqlite" and url.database
               and url.database != ":memory:" else DEFAULT_VAR_DIR)
     return folder / "workers" / f"{run_id}.log"
+
+
+def worker_log_tail(settings: Settings, run_id: str, max_lines: int = 40, max_bytes: int = 64_000) -> str | None:
+    """The end of the run's worker log (where a worker's traceback lands), or None when no worker of this host
+    wrote one. Only the last ``max_bytes`` are read: a long run's log can be large."""
+    path = worker_log_path(settings, run_id)
+    try:
+        with path.open("rb") as log:
+            log.seek(max(path.stat().st_size - max_bytes, 0))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = redact(text).replace("\r", "\n").splitlines()
+    return "\n".join(lines[-max_lines:]) or None
 
 
 def worker_command(run_id: str, workers: int | None = None) -> list[str]:

@@ -66,7 +66,7 @@ for reply in walk.replies:
     with st.chat_message("user", avatar=":material/stethoscope:"):
         st.text(reply.question)
     with st.chat_message("assistant", avatar=":material/person:"):
-        st.text(reply.text)
+        st.text(reply.answer)
         if reply.facts:
             st.caption("Facts used: " + ", ".join(str(i + 1) for i in reply.facts))
 

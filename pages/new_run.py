@@ -6,6 +6,7 @@ import json
 import streamlit as st
 
 from medeval_core import launch
+from medeval_core.benchmark import ScoreParams
 from medeval_core.catalog import RUNS
 from medeval_core.context import current_settings, current_store
 from medeval_core.forms import FieldSpec
@@ -20,6 +21,62 @@ try:
     settings = current_settings()
 except SettingsError as exc:
     st.error(literal(f"Settings could not be loaded: {exc}"))
+    st.stop()
+
+SCORE_STORED = "Score a stored run"
+kind = st.radio("What to launch", ["A new run", SCORE_STORED], horizontal=True, key="launch_kind",
+                help="score a stored run: apply another scorer or a second judge to its outputs, as the command "
+                     "line's `rescore` does")
+
+
+def score_stored_run() -> None:
+    """Choose a stored run and a scorer of its benchmark; the score run is stored and its worker started."""
+    sources = {source.run_id: source for source in launch.score_sources(current_store())}
+    if not sources:
+        st.info("No stored batch run has finished cases to score yet.")
+        return
+    with st.form("score_form"):
+        source_id = st.selectbox("Run whose outputs are scored", list(sources), key="score_source",
+                                 format_func=lambda run_id: f"{sources[run_id].label} ({sources[run_id].benchmark}, "
+                                                            f"{run_id})")
+        scorers = sorted({name for source in sources.values() for name in source.scorers})
+        scorer = st.selectbox("Scorer", scorers, key="score_scorer",
+                              help="the scorers of the chosen run's benchmark (a judge, re-costing, ...)")
+        options = st.text_area("Scorer options (JSON)", value="{}", key="score_options", height=80,
+                               help='e.g. {"backend": "offline"} for the DDI judge')
+        score_workers = st.number_input("Cases scored at once", min_value=1, max_value=512, value=1, step=1,
+                                        key="score_workers")
+        score_label = st.text_input("Run label", key="score_label")
+        submitted = st.form_submit_button("Launch scoring", type="primary")
+    if not submitted:
+        return
+    if scorer not in sources[source_id].scorers:
+        st.error(literal(f"Not launched: the {sources[source_id].benchmark} benchmark has no scorer {scorer}; "
+                         f"choose one of {', '.join(sources[source_id].scorers)}."))
+        return
+    try:
+        parsed = json.loads(options or "{}")
+        if not isinstance(parsed, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        st.error("Not launched: the scorer options must be a JSON object, e.g. {}.")
+        return
+    try:
+        launched = launch.launch_score(source_id, ScoreParams(scorer=scorer, options=parsed,
+                                                              workers=int(score_workers)), settings, score_label)
+    except launch.LaunchError as exc:
+        st.error(literal(f"Not launched: {exc}"))
+        return
+    st.session_state["run_selected"] = launched.run_id
+    st.session_state["launched_run"] = launched.run_id
+    st.success(literal(f"Launched score run {launched.run_id} over {source_id} (worker pid {launched.pid})."))
+
+
+if kind == SCORE_STORED:
+    score_stored_run()
+    if st.session_state.get("launched_run") and st.button("Watch it on the Batch runs page",
+                                                         icon=":material/monitoring:"):
+        st.switch_page(RUNS.path)
     st.stop()
 
 benchmarks = launch.launchable_benchmarks()
@@ -90,6 +147,10 @@ if planned is not None and planned[0].benchmark == benchmark and planned[0].vari
                  help="one per case run and model role; a dialogue makes one per turn")
     st.caption(literal(f"Settings hash {plan.settings_hash}. Model roles checked before the launch: "
                               f"{', '.join(estimate.model_roles) or 'none (offline)'}."))
+    if plan.score_stages:
+        st.caption(literal("Stages: the cases, then " + ", then ".join(
+            f"a score run ({stage.scorer}{', ' + stage.options['backend'] if stage.options.get('backend') else ''})"
+            for stage in plan.score_stages) + ", all in the run's worker."))
     with st.expander("Parameters and effective settings"):
         st.json({"params": plan.params, "settings": plan.settings}, expanded=False)
     if st.button("Launch", type="primary", key="launch_button"):

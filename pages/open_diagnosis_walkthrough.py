@@ -58,7 +58,7 @@ for reply in walk.replies:
     with st.chat_message("user", avatar=":material/stethoscope:"):
         st.text(reply.question)
     with st.chat_message("assistant", avatar=":material/person:"):
-        st.text(reply.text)
+        st.text(reply.answer)
 
 if not walk.finished:
     st.subheader("Ask the patient")

@@ -1,7 +1,10 @@
 """Batch runs and their results: every run with its status and headline metric; one run's progress, summary,
 per-case table and drill-down into one case; plots across runs; comparison of two runs; past interactive
 sessions; HTML report and exports. Everything that depends on the selected run is drawn by one fragment, so it
-refreshes together while the run is live."""
+refreshes together while the run is live and switching runs redraws only it. The page opens on stored rows: a
+finished run's summary and metric intervals are read from its stored summary, the per-case table a page at a time
+from the store, and the plots across runs and the comparison (which read every result of the runs they show) are
+drawn on demand."""
 
 import json
 
@@ -11,11 +14,11 @@ import streamlit as st
 from medeval_core import exports, plots, results, service, transcript, workers
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.catalog import NEW_RUN
-from medeval_core.compare import RunComparison, run_comparison, run_summaries
+from medeval_core.compare import RunComparison, run_comparison
 from medeval_core.context import current_settings, current_store
 from medeval_core.errors import StoreError
 from medeval_core.plaintext import literal
-from medeval_core.records import RunKind
+from medeval_core.records import MetricSummary, RunKind
 from medeval_core.reports import run_report_html
 
 STATUS_FILTERS = {"all": None, "finished": "ok", "failed": "failed"}
@@ -34,6 +37,14 @@ def show_summary(summary: RunSummary) -> None:
              "n": m.n, "denominator": m.denominator}
             for m in summary.headline
         ]).set_index("metric"))
+    if summary.spread:
+        st.markdown(f"**Across {len(summary.repetitions)} repetitions** (mean ± SD of the per-repetition values)")
+        st.table(pd.DataFrame([{"metric": s.name, "mean ± SD (range)": s.formatted()} for s in summary.spread])
+                 .set_index("metric"))
+        with st.expander(f"Each repetition ({len(summary.repetitions)})"):
+            st.dataframe(pd.DataFrame([{"repetition": r.repetition, "done": r.counts.done, "failed": r.counts.failed,
+                                        **{m.name: m.format(m.value) for m in r.metrics}}
+                                       for r in summary.repetitions]), hide_index=True, width="stretch")
     for dimension in plots.group_dimensions(summary) if counts.done else []:
         groups = [g for g in summary.groups if g.dimension == dimension]
         with st.expander(f"By {dimension} ({len(groups)} groups)"):
@@ -127,6 +138,7 @@ if not store.list_runs(limit=1):
 batch_rows = [row for row in store.list_runs() if row.kind == RunKind.BATCH]
 any_active = any(state in ("running", "cancelling", "pending")
                  for state in workers.run_states(store, batch_rows).values())
+CASES_PER_PAGE = 50
 
 
 @st.fragment(run_every="2s" if any_active else None)
@@ -134,7 +146,7 @@ def live_section() -> None:
     """The run list and everything about the selected run, read and drawn together."""
     rows = store.list_runs()
     states = workers.run_states(store, rows)  # one query for every run's workers
-    listings = [r for r in results.run_listings(store, rows, states) if r.kind != RunKind.SESSION]
+    listings = [r for r in results.run_listings(rows, states) if r.kind != RunKind.SESSION]
     if not listings:
         st.info("No batch runs yet; past interactive sessions are listed below.")
         return
@@ -166,7 +178,12 @@ def live_section() -> None:
     if overview.source_run_id:
         st.caption(literal(f"Scores the outputs of run {overview.source_run_id}."))
     if overview.error:
-        st.error(literal(f"The run stopped with an error: {overview.error}. Fix the cause, then resume it."))
+        st.error(literal(f"The run stopped with an error: {overview.error}"))
+    if not overview.active and (overview.error or overview.state in ("failed", "interrupted")):
+        log = workers.worker_log_tail(current_settings(), selected)
+        if log:
+            with st.expander("The worker's log (last lines)", expanded=bool(overview.error)):
+                st.code(log, language=None)
     left, right = st.columns(2)
     if overview.resumable and left.button("Resume", key=f"resume-{selected}",
                                           help="Starts a worker: finished cases are kept; failed and pending ones "
@@ -191,8 +208,18 @@ def live_section() -> None:
     if summaries:
         st.subheader("Per-case metrics (95% intervals)")
         st.table(pd.DataFrame([s.model_dump() for s in summaries]).set_index("metric"))
-        st.plotly_chart(plots.metric_intervals({names[selected]: summaries}), width="stretch",
-                        key=f"intervals-{selected}")
+    if (summaries or (summary is not None and summary.groups)) and st.toggle("Plots of this run",
+                                                                            key="run_plots"):
+        run_plots(names[selected], summaries, summary)
+    if overview.done or overview.failed:
+        case_section(selected)
+        downloads(selected, names[selected])
+
+
+def run_plots(label: str, summaries: list[MetricSummary], summary: RunSummary | None) -> None:
+    """The selected run's metric intervals and its breakdown by group."""
+    if summaries:
+        st.plotly_chart(plots.metric_intervals({label: summaries}), width="stretch", key="intervals")
     if summary is not None and summary.groups and summary.counts.done:
         dimensions = plots.group_dimensions(summary)
         left, right = st.columns(2)
@@ -201,19 +228,21 @@ def live_section() -> None:
                                           for m in g.metrics))
         metric = right.selectbox("Metric", metric_names, key="breakdown_metric")
         st.plotly_chart(plots.group_breakdown(summary, dimension, metric), width="stretch", key="breakdown")
-    if overview.done or overview.failed:
-        case_section(selected)
-        downloads(selected, names[selected])
 
 
 def case_section(run_id: str) -> None:
+    """The per-case table a page at a time (filtered and paged in the store), and the drill-down into one case
+    of the page."""
     st.subheader("Cases")
-    rows = results.run_case_rows(store, run_id)
-    left, right = st.columns([1, 2])
+    left, middle, right = st.columns([1, 2, 1])
     status = left.selectbox("Show", list(STATUS_FILTERS), key="case_filter")
-    search = right.text_input("Search case ids and errors", key="case_search")
-    shown = results.filter_cases(rows, STATUS_FILTERS[status], search)
-    st.caption(f"{len(shown)} of {len(rows)} case results; click a column header to sort.")
+    search = middle.text_input("Search case ids and errors", key="case_search")
+    page_number = int(right.number_input("Page", min_value=1, value=1, step=1, key="case_page")) - 1
+    found = results.case_page(store, run_id, STATUS_FILTERS[status], search, page_number, CASES_PER_PAGE)
+    shown = found.rows
+    pages = max(1, -(-found.total // CASES_PER_PAGE))
+    st.caption(f"{found.offset + 1 if shown else 0}-{found.offset + len(shown)} of {found.total} case results "
+               f"(page {page_number + 1} of {pages}); click a column header to sort this page.")
     st.dataframe(pd.DataFrame(shown), hide_index=True, width="stretch", height=320)
     if not shown:
         return
@@ -242,18 +271,29 @@ live_section()
 batch_runs = [r for r in store.list_runs() if r.kind != RunKind.SESSION]
 labels = {r.id: results.run_label(r) for r in batch_runs}
 
-st.header("Across runs")
-chosen = st.multiselect("Runs", list(labels), default=list(labels)[:4], format_func=labels.get, key="across_runs")
-if chosen:
-    # Per-case metric summaries (cached per result stamp): every metric has its 95% interval there.
-    across = {labels[run_id]: metrics for run_id in chosen if (metrics := run_summaries(store, run_id))}
+
+@st.fragment
+def across_section() -> None:
+    """Metric intervals of several runs and accuracy against cost (runs whose metrics declare those roles)."""
+    chosen = st.multiselect("Runs", list(labels), default=list(labels)[:4], format_func=labels.get,
+                            key="across_runs")
+    if not chosen:
+        return
+    # Stored with a finished run's summary; computed (cached per result stamp) for a live one.
+    across = {labels[run_id]: metrics for run_id in chosen if (metrics := service.metric_summaries(store, run_id))}
     if across:
         st.plotly_chart(plots.metric_intervals(across), width="stretch", key="across")
-        points = plots.cost_points(results.stored_summaries(store, chosen))
-        if points:
-            st.plotly_chart(plots.accuracy_vs_cost(points), width="stretch", key="pareto")
     else:
         st.info("None of these runs has a finished case yet.")
+    points = plots.cost_points(results.stored_summaries(store, chosen))
+    if points:
+        st.plotly_chart(plots.accuracy_vs_cost(points), width="stretch", key="pareto")
+
+
+st.header("Across runs")
+if st.toggle("Show plots across runs", key="across_shown",
+             help="metric intervals of several runs, and accuracy against mean cost with its Pareto front"):
+    across_section()
 
 def show_comparison(run_a: str, run_b: str, comparison: RunComparison) -> None:
     """The paired tests with their p-values, the per-case differences plot, each run's intervals."""
@@ -276,10 +316,8 @@ def show_comparison(run_a: str, run_b: str, comparison: RunComparison) -> None:
                     width="stretch", key="compare_intervals")
 
 
-st.header("Compare two runs")
-if len(batch_runs) < 2:
-    st.info("Comparing needs two batch runs of one benchmark.")
-else:
+@st.fragment
+def compare_section() -> None:
     col_a, col_b = st.columns(2)
     run_a = col_a.selectbox("Run A", list(labels), index=0, format_func=labels.get, key="compare_a")
     same_benchmark = [r.id for r in batch_runs if r.benchmark == store.get_run(run_a).benchmark and r.id != run_a]
@@ -293,6 +331,14 @@ else:
             st.info(literal(str(exc)))
         else:
             show_comparison(run_a, run_b, comparison)
+
+
+st.header("Compare two runs")
+if len(batch_runs) < 2:
+    st.info("Comparing needs two batch runs of one benchmark.")
+elif st.toggle("Compare two runs case by case", key="compare_shown",
+               help="exact McNemar or paired bootstrap on the cases both runs finished"):
+    compare_section()
 
 st.header("Past walkthroughs and lesion evaluations")
 sessions = results.session_listings(store)

@@ -57,7 +57,8 @@ def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id
     payload = json.loads(capsys.readouterr().out)
     assert payload["summary"]["counts"] == {"expected": 4, "done": 4, "failed": 0, "pending": 0}
     stored = Store(isolated_store).get_run("c1").config
-    assert stored["params"] == {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0}
+    assert stored["params"] == {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0,
+                                "fail_summary": False}
     assert stored["kind"] == "batch" and stored["settings_hash"] and stored["versions"]["medeval"]
 
     assert main(["run", "counting", "--n-cases", "5", "--run-id", "c1"]) == 2

@@ -7,6 +7,7 @@ import contextlib
 import csv
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from medeval_core import registry, service
-from medeval_core.benchmark import BenchmarkError
+from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.benchmarks.ddxplus import benchmark as ddx_benchmark
 from medeval_core.benchmarks.ddxplus.benchmark import build_params
 from medeval_core.context import current_settings, current_store
@@ -175,7 +176,7 @@ def test_run_command_prints_reference_rows_and_json(small_sets):
     text = _run(*base)
     assert text.returncode == 0, text.stderr
     assert "AARLC" in text.stdout and "BASD" in text.stdout and "this run" in text.stdout
-    assert "12 of 12 patients finished" in text.stdout
+    assert "12 of 12 consultations (12 patients x 1 repetitions) finished" in text.stdout
     # Every reference row names its source: the NeurIPS 2022 figures and the arXiv v2 preprint's apart.
     lines = text.stdout.splitlines()
     assert any(line.startswith("AARLC [1] ") for line in lines)
@@ -343,3 +344,44 @@ def test_score_run_recomputes_the_metrics_from_stored_outputs(small_sets):
     assert summary.extras["metrics"] == service.stored_summary(store, "to-rescore").extras["metrics"]
     with pytest.raises(BenchmarkError, match="no scorer called"):
         service.score_run("to-rescore", service.ScoreParams(scorer="judge"), settings, store)
+
+
+def test_repetitions_complete_with_a_summary_from_the_cli_and_the_launcher(isolated_store: str,
+                                                                          data_dir: Path) -> None:
+    """Three repetitions of each patient: the run completes (each repetition scored on its own), its summary pools
+    them and gives each repetition's metrics and their spread, from the command line and from New run alike."""
+    from medeval_core import launch
+    from medeval_core.settings import load_settings
+    from medeval_core.store import Store
+    from tests.test_launcher import wait_finished
+
+    patients = data_dir / "ddxplus" / "patients_sample_en.csv"
+    env = {**os.environ, "MEDEVAL_DB_URL": isolated_store}
+    done = subprocess.run([sys.executable, "-m", "medeval_core", "run", "ddxplus", "--patients", str(patients),
+                           "--agent", "kb-bayes", "--limit", "4", "--repetitions", "3", "--run-id", "ddx-reps"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Across 3 repetitions (mean ± SD, range):" in done.stdout and "repetition 2:" in done.stdout
+    store = Store(isolated_store)
+    settings = load_settings()
+    values = {s.name: s.default for s in launch.form("ddxplus", settings)} | {"limit": 4, "repetitions": 3}
+    launched = launch.launch(launch.plan("ddxplus", values, settings), settings)
+    assert wait_finished(store, launched.run_id) == "completed"
+    for run_id in ("ddx-reps", launched.run_id):
+        row = store.get_run(run_id)
+        assert row.status == "completed" and row.error is None
+        summary = RunSummary.model_validate(row.summary)
+        assert summary.counts.done == 12 and [r.repetition for r in summary.repetitions] == [0, 1, 2]
+        assert all(r.counts.done == 4 for r in summary.repetitions)
+        spread = {item.name: item for item in summary.spread}
+        gtpa1 = summary.metric("GTPA@1")
+        assert spread["GTPA@1"].repetitions == 3 and spread["GTPA@1"].mean == pytest.approx(gtpa1.value)
+        assert gtpa1.interval is not None and gtpa1.role == "accuracy" and summary.metric("IL").role == "turns"
+        assert summary.case_metrics and all(m.n == 4 for m in summary.case_metrics)
+    from medeval_core.reports import run_report_html
+    from medeval_core.results import run_listings
+
+    report = run_report_html(store, "ddx-reps")
+    assert "Across 3 repetitions" in report and gtpa1.formatted_interval() in report  # the interval column is filled
+    [listing] = [r for r in run_listings(store.list_runs(), {}) if r.id == "ddx-reps"]
+    assert listing.headline.startswith("GTPA@1") and f"({gtpa1.formatted_interval()})" in listing.headline

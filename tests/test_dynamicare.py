@@ -150,7 +150,7 @@ def test_llm_doctor_asks_until_confident_then_ranks_over_http(mapper):
     assert output.matched["@5"] == ["428", "401"]
     turns = recorder.turns
     assert [t.action for t in turns] == ["start", "question", "question", "diagnosis"]
-    assert turns[1].payload["notes"] == {"confidence": "low"} and turns[1].payload["text"].startswith("Vitals")
+    assert turns[1].payload["notes"] == {"confidence": "low"} and turns[1].payload["answer"].startswith("Vitals")
     assert {c.role for c in recorder.model_calls} == {"doctor"}
 
 
@@ -228,7 +228,7 @@ def test_replay_runs_through_the_service_and_the_cli(tmp_path, isolated_store):
     assert summary.metric("Ave-Q").value == 0.5
     turns = store.turns(report.run_id, "p-1")
     assert [t.action for t in turns] == ["start", "question", "diagnosis"]
-    assert turns[1].payload["text"] == "Social history: Smokes 20 cigarettes a day."
+    assert turns[1].payload["answer"] == "Social history: Smokes 20 cigarettes a day."
     env = {**os.environ, "MEDEVAL_DB_URL": isolated_store}
     done = subprocess.run([sys.executable, "-m", "medeval_core", "run", "dynamicare", "--cases", str(records),
                            "--doctor", "replay", "--actions", str(actions), "--json"], cwd=REPO_ROOT, env=env,

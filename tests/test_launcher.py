@@ -170,18 +170,21 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     page.get_by_test_id("stSelectbox").filter(has_text="Benchmark").click()
     page.get_by_role("option", name="DDXPlus").click()
     page.get_by_role("spinbutton", name="limit (optional)").fill("25")
+    page.get_by_role("spinbutton", name="repetitions").fill("3")
     page.get_by_role("textbox", name="Run label").fill("KB-Bayes on 25 patients")
     page.get_by_role("button", name="Check parameters").click()
-    page.get_by_role("button", name="Launch").wait_for()
+    page.get_by_role("button", name="Launch", exact=True).wait_for()
     page.screenshot(path=str(artifacts_dir / "new_run_plan.png"), full_page=True)
-    page.get_by_role("button", name="Launch").click()
+    page.get_by_role("button", name="Launch", exact=True).click()
     page.get_by_text("Launched run").wait_for()
     page.get_by_role("button", name="Watch it on the Batch runs page").click()
     page.get_by_role("heading", name="Batch runs").wait_for()
     # The run's panel refreshes on its own until the worker has finished every case.
-    page.get_by_text("completed: 25 done, 0 failed, 0 pending of 25").wait_for(timeout=120_000)
+    page.get_by_text("completed: 75 done, 0 failed, 0 pending of 75").wait_for(timeout=120_000)
     page.get_by_role("heading", name="Summary").wait_for()
+    page.get_by_text("Across 3 repetitions").wait_for()  # each repetition's metrics and their spread
     page.set_viewport_size({"width": 1400, "height": 4600})  # Streamlit scrolls inside itself: show all plots
+    page.get_by_text("Plots of this run").click()  # drawn on demand
     page.locator(".js-plotly-plot").first.wait_for()
     assert page.locator(".js-plotly-plot").count() >= 2  # intervals and the per-pathology breakdown
     screenshot = artifacts_dir / "runs_launched_kb_bayes.png"
@@ -189,9 +192,18 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     assert screenshot.stat().st_size > 20_000
     store = Store(db_url)
     [run] = store.list_runs()
-    assert run.status == "completed" and len(store.results(run.id)) == 25
+    assert run.status == "completed" and len(store.results(run.id)) == 75
     assert run.config["params"]["reads_kb"] is True  # stored as the command line stores it (prepare_params)
     assert run.label == "KB-Bayes on 25 patients"
+    # Score the stored run again from New run, as `rescore` does: the run is chosen from the list.
+    page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/new-run")
+    page.get_by_text("Score a stored run").click()
+    page.get_by_test_id("stSelectbox").filter(has_text="Run whose outputs are scored").wait_for()
+    page.get_by_role("button", name="Launch scoring").click()
+    page.get_by_text("Launched score run").wait_for()
+    page.screenshot(path=str(artifacts_dir / "new_run_score_stored.png"), full_page=True)
+    [score] = store.runs_scoring(run.id)
+    assert wait_finished(store, score.id) == "completed" and len(store.results(score.id)) == 75
 
 
 def test_a_backend_chosen_in_the_launcher_is_checked_and_stored_with_the_run(isolated_store: str) -> None:
@@ -246,3 +258,61 @@ def test_launcher_page_offers_the_ddi_stages_and_reports_missing_data_as_text() 
     assert not app.exception
     [error] = app.error
     assert error.value.startswith("Not launched") and "\\*responses\\*" in error.value  # the path stays literal
+
+
+def test_a_ddi_run_launched_from_new_run_is_generated_then_judged_and_can_be_scored_again(
+        isolated_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's stages are the run's: the vision model answers every image, then the configured judge (the fake
+    OpenAI server) judges every response, both in the launched worker; a second judge (offline) scores the same
+    outputs from the page's "Score a stored run", chosen from the stored runs."""
+    from tests.ddi_fixtures import DDI_ROWS, make_ddi_folder, responder_by_colour
+    from tests.fake_openai import RecordedRequest, verdict_reply
+
+    cases = make_ddi_folder(tmp_path / "ddi", DDI_ROWS[:3])
+    vision = responder_by_colour(cases, {case.ddi_id: f"Final diagnosis: {case.disease}" for case in cases})
+
+    def respond(request: RecordedRequest) -> Reply:
+        if "[DDI reference diagnosis]" in request.text():
+            return verdict_reply("as given", True)
+        return vision(request) if "image_url" in str(request.body) else Reply(content="ok")  # the endpoint check
+
+    store = Store(isolated_store)
+    with FakeOpenAI(respond) as server:
+        monkeypatch.setenv("MEDEVAL_JUDGE_BASE_URL", server.url)
+        monkeypatch.setenv("MEDEVAL_JUDGE_MODEL", "judge-llm")
+        monkeypatch.setenv("DASHSCOPE_API_KEY", "test-key")
+        settings = load_settings()
+        values = {s.name: s.default for s in launch.form("ddi", settings, "model")} | {
+            "source": {"images_dir": str(tmp_path / "ddi")}, "model_backend": "openai", "model": "skin-vlm",
+            "base_url": server.url}
+        plan = launch.plan("ddi", values, settings, "model")
+        [stage] = plan.score_stages
+        assert (stage.scorer, stage.options["backend"]) == ("ddi-judge", "openai")
+        assert "judge" in plan.estimate.model_roles
+        launched = launch.launch(plan, settings, label="launched ddi")
+        judge_run = f"{launched.run_id}-judge"
+        assert wait_finished(store, launched.run_id) == "completed"
+        assert wait_finished(store, judge_run) == "completed"
+        requests = server.chat_requests()
+    judged = [r for r in requests if "[DDI reference diagnosis]" in r.text()]
+    seen = [r for r in requests if "image_url" in str(r.body)]
+    assert len(seen) == 3 and len(judged) == 3, "3 vision calls, then 3 judge calls"
+    summary = store.get_run(judge_run).summary
+    accuracy = {m["name"]: m for m in summary["headline"]}["accuracy_judged"]
+    assert accuracy["value"] == 1.0 and accuracy["interval"] and store.get_run(judge_run).source_run_id \
+        == launched.run_id
+
+    app = AppTest.from_file(NEW_RUN_PAGE, default_timeout=120).run()
+    app.radio(key="launch_kind").set_value("Score a stored run").run()
+    assert not app.exception, app.exception
+    app.selectbox(key="score_source").set_value(launched.run_id)
+    app.selectbox(key="score_scorer").set_value("ddi-judge")
+    app.text_area(key="score_options").input('{"backend": "offline"}')
+    [submit] = [b for b in app.button if b.label == "Launch scoring"]
+    submit.click().run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    second = app.session_state["launched_run"]
+    assert second != judge_run and store.get_run(second).source_run_id == launched.run_id
+    assert wait_finished(store, second) == "completed"
+    provenance = [r.scores["correct"]["provenance"]["judge"] for r in store.results(second)]
+    assert len(provenance) == 3 and all(name.startswith("offline") for name in provenance)

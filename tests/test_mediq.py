@@ -230,7 +230,7 @@ def test_replay_run_through_the_service_is_resumable_and_stores_turns(tmp_path, 
     assert "no line for case" in failed[0].error
     turns = store.turns(report.run_id, "3")
     assert [t.action for t in turns] == ["start", "question", "question", "question", "choice"]
-    assert turns[1].actor == "replay" and "text" in turns[1].payload and "facts" in turns[1].payload
+    assert turns[1].actor == "replay" and "answer" in turns[1].payload and "facts" in turns[1].payload
     # Resume after fixing the input is refused (the actions file changed); the same file resumes nothing new.
     again = service.launch("mediq", params, settings, store, run_id="mediq-replay")
     assert again.run_id == report.run_id
@@ -361,7 +361,7 @@ def test_llm_roles_are_bound_from_the_settings_and_kept_for_a_resume(imedqa, mon
     summary = service.stored_summary(store, report.run_id)
     assert summary.counts.done == 2 and summary.metric("accuracy without asking") is not None
     assert models == {"fake-expert", "fake-patient"}
-    assert store.turns(report.run_id, "3")[1].payload["text"] == "I am 37."
+    assert store.turns(report.run_id, "3")[1].payload["answer"] == "I am 37."
     monkeypatch.delenv("MEDEVAL_EXPERT_BASE_URL")
     medeval_context.reset()
     with pytest.raises(Exception, match="No expert model is configured"):

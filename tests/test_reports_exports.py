@@ -106,11 +106,14 @@ def test_pareto_front_and_labels_in_plots() -> None:
     points = plots.pareto_front([plots.CostPoint(label=label, accuracy=a, cost=c) for label, a, c in (
         ("physicians", 0.199, 2963), ("GPT-4o", 0.493, 2745), ("o3", 0.786, 7850), ("MAI-DxO", 0.799, 2396))])
     assert [p.label for p in points if p.on_front] == ["MAI-DxO"]
+    # SDBench's names: the plot reads the roles the metrics declare, not their names.
     summary = RunSummary(benchmark="x", counts=RunCounts(expected=1, done=1, failed=0, pending=0), headline=[
-        Metric(name="accuracy", value=0.5, n=1, denominator="cases"),
-        Metric(name="mean cost", value=100.0, n=1, denominator="cases", unit="number")])
+        Metric(name="accuracy (sdbench-offline-judge)", value=0.5, n=1, denominator="cases", role="accuracy"),
+        Metric(name="mean cost per case ($)", value=100.0, n=1, denominator="cases", unit="number", role="cost")])
     figure = plots.accuracy_vs_cost(plots.cost_points({"budgeted agent": summary}))
     assert list(figure.data[0].text) == ["budgeted agent"] and figure.data[1].name == "Pareto front"
+    unroled = summary.model_copy(update={"headline": [m.model_copy(update={"role": None}) for m in summary.headline]})
+    assert plots.cost_points({"no roles": unroled}) == []
 
 
 def test_sessions_are_listed_apart_with_response_and_verdict(isolated_store: str) -> None:
@@ -124,7 +127,7 @@ def test_sessions_are_listed_apart_with_response_and_verdict(isolated_store: str
     assert lesion.reopen_page is None  # the lesion page keeps no session in its URL: reopened in the drill-down
     assert (walkthrough.run_id, walkthrough.reopen_page, walkthrough.reopen_query) == (
         "w1", "pages/ddxplus_walkthrough.py", "walkthrough")
-    assert [r.id for r in results.run_listings(store, store.list_runs(), {})] == ["w1", "s1"]
+    assert [r.id for r in results.run_listings(store.list_runs(), {})] == ["w1", "s1"]
 
 
 # Model backends -----------------------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store
     assert list(cases["case"]) == ["c5"] and list(cases["error"]) == ["timeout"]
     resume_buttons = [b for b in app.button if b.label == "Resume"]
     assert resume_buttons, "a run with failed cases offers Resume"
+    app.toggle(key="compare_shown").set_value(True).run()
     app.selectbox(key="compare_a").set_value("model-a").run()
     app.selectbox(key="compare_b").set_value("model-b").run()
     comparison = app.table[-1].value
@@ -136,6 +137,7 @@ def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     url = streamlit_app(MEDEVAL_DB_URL=db_url, MEDEVAL_BENCHMARKS="tests.support.counting_benchmark")
     page.goto(f"{url}/runs")  # a cold server's first request is a deep link
     page.get_by_role("heading", name="Compare two runs").wait_for()
+    page.get_by_text("Compare two runs case by case").click()  # drawn on demand
     sidebar = page.get_by_test_id("stSidebar")
     assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
     assert sidebar.get_by_role("link", name="app").count() == 0, "no legacy pages-folder navigation"
@@ -201,22 +203,24 @@ def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolat
     monkeypatch.setattr(Store, "metric_rows", counted_metric_rows)
     app = AppTest.from_file(RUNS_PAGE, default_timeout=120).run()
     assert not app.exception, app.exception
+    app.toggle(key="across_shown").set_value(True).run()
+    app.toggle(key="compare_shown").set_value(True).run()
     for _ in range(3):
         app.run()
         assert not app.exception, app.exception
     selected = str(app.selectbox(key="run_selected").value)
     assert app.subheader[0].value.startswith("Per-case metrics")
-    assert "10000 of 10000 case results" in " ".join(c.value for c in app.caption)
+    assert "1-50 of 10000 case results (page 1 of 200)" in " ".join(c.value for c in app.caption)
     correct = app.table[-1].value.loc["correct"]
     assert correct["shared cases"] == 2_500
     full_loads = [c for c in calls if c[0] == "results" and c[2] is None]
     assert not full_loads, f"full results loaded: {full_loads}"
     assert all(c[2] == CaseStatus.FAILED for c in calls if c[0] == "results")
-    # The metrics of each run are read once over four page runs by each of the page's readers, each cached per
+    # The metrics of each run are read once over the page runs by each of the page's readers, each cached per
     # result stamp: the metric summaries (selected run; plots across runs reuse them and read the other run once),
-    # the case table (selected run), the comparison and its paired differences (both runs).
+    # the comparison and its paired differences (both runs); the case table reads a page at a time.
     metric_reads = [c[1] for c in calls if c[0] == "metric_rows"]
-    assert metric_reads.count(selected) <= 4 and len(metric_reads) <= 7, metric_reads
+    assert metric_reads.count(selected) <= 3 and len(metric_reads) <= 6, metric_reads
 
 
 def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str,
@@ -368,3 +372,71 @@ def test_a_run_whose_worker_was_killed_shows_interrupted_and_resumes_from_the_pa
         time.sleep(0.2)
     finished = store.results(run_id)
     assert len(finished) == 30 and len({r.case_id for r in finished}) == 30 and all(r.ok for r in finished)
+
+
+def test_a_worker_error_reaches_the_page_and_the_run_ends_failed(isolated_store: str,
+                                                                 counting_registered: None) -> None:
+    """A detached worker whose run's summary raises: the run ends *failed* with the error (no resume loop), and
+    the page shows the error and the tail of the worker's log with the traceback."""
+    from medeval_core import workers
+    from medeval_core.context import current_settings
+    from tests.support.counting_benchmark import CountingParams
+
+    settings = current_settings()
+    run_id = workers.create_run(settings, "counting", CountingParams(n_cases=3, fail_summary=True))
+    workers.start_worker(settings, run_id)
+    store = Store(isolated_store)
+    deadline = time.monotonic() + 60
+    while workers.run_liveness(store, run_id) not in ("failed", "completed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    row = store.get_run(run_id)
+    assert row.status == RunStatus.FAILED and "the summary fails on purpose" in (row.error or "")
+    app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.selectbox(key="run_selected").set_value(run_id).run()
+    assert not app.exception, app.exception
+    shown = " ".join(e.value.replace("\\", "") for e in app.error)
+    assert "summary failed" in shown and "the summary fails on purpose" in shown, shown
+    [log] = [c.value for c in app.code]
+    assert "in summarize" in log and log.endswith("RuntimeError: the summary fails on purpose")
+
+
+def seed_roles_and_a_failed_run(db_url: str) -> str:
+    """Two SDBench runs whose stored summaries name their metrics as SDBench does (roles declared), and a newer
+    run whose worker failed, with its log beside the store. Returns the failed run's id."""
+    from medeval_core.benchmark import Metric, RunCounts, RunSummary
+    from medeval_core.settings import load_settings
+    from medeval_core.workers import worker_log_path
+
+    store = Store(db_url)
+    for run_id, accuracy, cost in (("sd-cheap", 0.5, 900.0), ("sd-thorough", 0.8, 2400.0)):
+        store.create_run(RunConfig(benchmark="sdbench", label=run_id), run_id=run_id, expected_cases=10)
+        summary = RunSummary(benchmark="sdbench", counts=RunCounts(expected=10, done=10, failed=0, pending=0),
+                             headline=[Metric(name="accuracy (sdbench-offline-judge)", value=accuracy,
+                                              interval=(accuracy - 0.2, accuracy + 0.1), n=10,
+                                              denominator="judged cases", role="accuracy"),
+                                       Metric(name="mean cost per case ($)", value=cost, interval=(cost - 100,
+                                              cost + 100), n=10, denominator="completed cases", unit="number",
+                                              role="cost")])
+        store.update_run(run_id, status=RunStatus.COMPLETED, summary=summary.model_dump(mode="json"))
+    store.create_run(RunConfig(benchmark="counting", label="broken summary"), run_id="broken", expected_cases=3)
+    store.update_run("broken", status=RunStatus.FAILED,
+                     error="The run's cases finished but its summary failed: RuntimeError: on purpose")
+    log = worker_log_path(load_settings().model_copy(update={"db_url": db_url}), "broken")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Traceback (most recent call last):\nRuntimeError: on purpose\n", encoding="utf-8")
+    return "broken"
+
+
+@pytest.mark.browser
+def test_pareto_by_roles_and_a_worker_error_in_chromium(streamlit_app, page, artifacts_dir: Path,
+                                                        tmp_path_factory) -> None:
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('runs-roles') / 'medeval.db'}"
+    seed_roles_and_a_failed_run(db_url)
+    url = streamlit_app(MEDEVAL_DB_URL=db_url)
+    page.goto(f"{url}/runs")
+    page.get_by_text("The run stopped with an error").wait_for()  # the newest run, selected on opening
+    page.get_by_text("The worker's log (last lines)").wait_for()
+    page.get_by_text("RuntimeError: on purpose").last.wait_for()
+    page.get_by_text("Show plots across runs").click()
+    page.get_by_text("Pareto front").wait_for()  # SDBench's metric names, read by their roles
+    page.screenshot(path=str(artifacts_dir / "runs_pareto_error.png"), full_page=True)

@@ -1,9 +1,9 @@
 """What an annotator is shown, built from stored runs: the case record (and image), a run's output as plain text,
 its dialogue, and blinding (every run id, label and model name of the runs involved scrubbed from all of it).
 
-Dialogues are read from the generic turns table: a turn whose payload carries a ``question`` is the agent's, and
-one that carries an ``answer`` string is the simulated patient's (DDXPlus records both in the same turn; SDBench's
-gatekeeper and the MEDIQ and open-diagnosis patients record their replies the same way).
+Dialogues are read from the generic turns table: a simulated patient's reply is a turn whose payload has the one
+patient-turn shape (``interaction.PatientTurn``: the ``question`` answered and the ``answer``), which every dialogue
+benchmark records (DDXPlus, MEDIQ, DynamiCare, SDBench's gatekeeper); older stored shapes are read too.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medeval_core import registry
+from medeval_core.interaction import PatientTurn
 from medeval_core.records import Case, RunConfig, RunKind, Turn
 from medeval_core.settings import Settings
 from medeval_core.store import RunRow, Store
@@ -199,12 +200,16 @@ def dialogue_lines(turns: Sequence[Turn]) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []
     for turn in turns:
         payload = turn.payload
-        question, answer = payload.get("question"), payload.get("answer")
-        if isinstance(question, str) and question:
-            lines.append(("Question" if turn.index else "Opening question", question))
-        if isinstance(answer, str):
-            lines.append(("Patient", answer))
-        if isinstance(question, str) or isinstance(answer, str):
+        reply = PatientTurn.read(payload)
+        if reply is not None:
+            if reply.question:
+                lines.append(("Question" if turn.index else "Opening question", reply.question))
+            lines.append(("Patient", reply.answer))
+            continue
+        question = payload.get("question")
+        if isinstance(question, str):
+            if question:
+                lines.append(("Question" if turn.index else "Opening question", question))
             continue
         if "differential" in payload or "diagnosis" in payload:
             lines.append(("Conclusion", answer_text(payload)))

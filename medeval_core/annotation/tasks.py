@@ -35,6 +35,7 @@ from medeval_core.annotation.items import (
     run_secrets,
     system_name,
 )
+from medeval_core.interaction import PatientTurn
 from medeval_core.records import CaseStatus, RunKind, RunStatus, utc_now
 from medeval_core.settings import Settings
 from medeval_core.store import RunRow, Store
@@ -204,12 +205,11 @@ def create_patient_answer_task(store: Store, settings: Settings, run_ids: Sequen
             case = cases.get(case_id)
             record = case_view(case).model_dump() if case is not None else None
             for position, turn in enumerate(turns):
-                answer = turn.payload.get("answer")
-                if not isinstance(answer, str):
+                reply = PatientTurn.read(turn.payload)
+                if reply is None:
                     continue
-                question = turn.payload.get("question")
                 payload = {"case": record, "dialogue_before": dialogue_lines(turns[:position]),
-                           "question": question if isinstance(question, str) else "", "answer": answer}
+                           "question": reply.question, "answer": reply.answer}
                 items.append((case_id, payload, {"run": run.id, "turn_index": turn.index,
                                                  "patient_system": system}))
     random.Random(seed).shuffle(items)

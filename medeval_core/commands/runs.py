@@ -170,9 +170,14 @@ def _export(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from medeval_core import service
 
-    report = service.resume(args.run_id, current_settings(), current_store(), workers=args.workers,
-                            on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True,
-                            lease_s=getattr(args, "lease_seconds", None))
+    store = current_store()
+    try:
+        report = service.resume(args.run_id, current_settings(), store, workers=args.workers,
+                                on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True,
+                                lease_s=getattr(args, "lease_seconds", None))
+    except Exception as exc:
+        service.record_worker_error(store, args.run_id, exc)  # the page shows it; the log keeps the traceback
+        raise
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:

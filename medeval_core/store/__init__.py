@@ -322,6 +322,13 @@ class Store:
         with self.session() as session:
             return list(session.exec(statement))
 
+    def runs_scoring(self, source_run_id: str) -> list[RunRow]:
+        """The score runs over ``source_run_id``, oldest first."""
+        statement = (select(RunRow).where(RunRow.source_run_id == source_run_id, RunRow.kind == RunKind.SCORE)
+                     .order_by(RunRow.created_at))  # type: ignore[arg-type]
+        with self.session() as session:
+            return list(session.exec(statement))
+
     def update_run(self, run_id: str, **changes: Any) -> RunRow:
         with self.session() as session:
             row = session.get(RunRow, run_id)
@@ -664,6 +671,28 @@ class Store:
         frame.insert(0, "repetition", [row[1] for row in rows])
         frame.insert(0, "case_id", [row[0] for row in rows])
         return frame
+
+    def case_page(self, run_id: str, status: CaseStatus | None = None, search: str = "", offset: int = 0,
+                  limit: int = 50) -> tuple[list[tuple[str, int, str, str | None, dict[str, Any]]], int]:
+        """One page of a run's results in insertion order, (case id, repetition, status, error, metrics) each,
+        without their outputs, and how many results match: ``status`` and ``search`` (a piece of the case id or
+        the error, any case) filter in SQL, so a page of a 134,529-result run reads 50 rows."""
+        table = _table(CaseResultRow)
+        where = [table.c.run_id == run_id]
+        if status is not None:
+            where.append(table.c.status == status)
+        needle = search.strip()
+        if needle:
+            pattern = f"%{needle}%"
+            where.append(or_(table.c.case_id.ilike(pattern), table.c.error.ilike(pattern)))
+        with self.engine.connect() as connection:
+            total = int(connection.execute(select(func.count()).where(*where)).scalar() or 0)
+            columns: list[Any] = [table.c.case_id, table.c.repetition, table.c.status, table.c.error,
+                                  cast(table.c.metrics, Text)]
+            rows = connection.execute(
+                select(*columns).where(*where).order_by(table.c.id).offset(offset).limit(limit)).all()
+        metrics = _decode_json([row[4] for row in rows])
+        return [(row[0], row[1], row[2], row[3], values) for row, values in zip(rows, metrics, strict=True)], total
 
     def results_stamp(self, run_id: str) -> tuple[int, int | None]:
         """(number of results, newest row id) of a run: changes whenever a result is added or replaced, so it

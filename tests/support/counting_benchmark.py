@@ -45,6 +45,7 @@ class CountingParams(RunParams):
     n_cases: int = Field(ge=1, description="how many cases")
     sleep_s: float = Field(default=0.0, ge=0, description="seconds each case sleeps")
     fail_every: int = Field(default=0, ge=0, description="case i raises when i is a multiple of this (0: none)")
+    fail_summary: bool = Field(default=False, description="the summary raises (a worker error after the cases)")
 
 
 class CountingOutput(BaseModel):
@@ -108,6 +109,8 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
 
     def summarize(self, params: CountingParams, cases: Sequence[Case],
                   results: Sequence[CaseResult]) -> RunSummary:
+        if params.fail_summary:
+            raise RuntimeError("the summary fails on purpose")
         counts = RunCounts.of(len(cases) * params.repetitions, results)
         scored = [r for r in results if r.ok]
         headline = [Metric(name="scored", value=float(len(scored)), n=counts.expected, denominator="expected cases",

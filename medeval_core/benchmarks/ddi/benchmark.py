@@ -36,6 +36,7 @@ from medeval_core.benchmark import (
     CaseContext,
     RunSummary,
     Score,
+    ScoreParams,
     Scorer,
     Solver,
 )
@@ -307,6 +308,7 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
     name = "ddi"
     Params = DdiParams
     Output = DdiOutput
+    score_run_scorers = (JUDGE_SCORER, LABEL_SCORER)
 
     def cases(self, params: DdiParams, settings: Settings) -> Sequence[DdiCase]:
         root = params.root
@@ -341,6 +343,15 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
             return ExactLabelScorer(options.get("labels") or [])
         raise BenchmarkError(f"The ddi benchmark has no scorer called {name!r}; it has {JUDGE_SCORER} and "
                              f"{LABEL_SCORER}.")
+
+    def score_stages(self, params: DdiParams, settings: Settings) -> list[ScoreParams]:
+        """A model or responses run is judged once its responses are in (open-ended: the judge the settings
+        configure, offline when none; classification: exact labels), as ``run ddi`` does."""
+        from medeval_core.benchmarks.ddi.workflow import score_params
+
+        if isinstance(params.root, SessionParams):
+            return []
+        return [score_params(settings, params.mode, {}, params.labels)]
 
     def summarize(self, params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult]) -> RunSummary:
         return summarize_run(params, cases, results)

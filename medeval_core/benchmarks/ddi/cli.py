@@ -111,7 +111,7 @@ class DdiCli(BenchmarkCli):
                     image_column=args.image_column, reference_column=args.reference_column, limit=args.limit,
                     mode=args.mode, model_backend=args.model_backend, model=args.model, base_url=args.base_url,
                     greedy=args.greedy, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                    workers=args.workers),
+                    workers=args.workers, repetitions=args.repetitions or 1),
                 self._judge_choice(args), run_id=args.run_id, label=args.label,
                 on_progress=_progress(settings, on_progress is not None))
         except _user_errors() as exc:

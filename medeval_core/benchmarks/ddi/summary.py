@@ -66,7 +66,7 @@ def _metrics(values: dict[str, Any]) -> list[Metric]:
                n=values["expected"], denominator="expected cases", method="Wilson 95%"),
         Metric(name="accuracy_judged", value=values["accuracy_judged"],
                interval=tuple(values["accuracy_judged_wilson95"]) if values["accuracy_judged_wilson95"] else None,
-               n=values["judged"], denominator="judged cases", method="Wilson 95%"),
+               n=values["judged"], denominator="judged cases", method="Wilson 95%", role="accuracy"),
     ]
 
 

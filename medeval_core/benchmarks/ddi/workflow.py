@@ -40,6 +40,7 @@ class RunRequest(BaseModel):
     batch_size: int | None = None
     max_new_tokens: int | None = None
     workers: int | None = Field(default=None, ge=1)
+    repetitions: int = Field(default=1, ge=1)
 
 
 def effective_generation(settings: Settings, request: RunRequest) -> GenerationSettings:
@@ -67,7 +68,7 @@ def generate_params(settings: Settings, request: RunRequest) -> DdiParams:
         model_backend="openai" if backend.name == "openai" else "transformers",
         model=backend.model, base_url=getattr(backend, "base_url", None), generation=generation,
         prompt=prompt_for(request.mode, labels, settings.prompts_dir),
-        workers=generation.batch_size * backend.parallel_batches,
+        workers=generation.batch_size * backend.parallel_batches, repetitions=request.repetitions,
     ))
 
 

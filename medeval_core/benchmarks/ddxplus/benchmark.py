@@ -30,6 +30,7 @@ from medeval_core.benchmark import (
     CaseContext,
     Metric,
     MetricGroup,
+    MetricRole,
     ReferenceRow,
     RunCounts,
     RunSummary,
@@ -49,7 +50,9 @@ from medeval_core.benchmarks.ddxplus.kb import (
 from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
+from medeval_core.metrics import ddxplus as ddx_metrics
 from medeval_core.metrics.ddxplus import METRIC_KEYS
+from medeval_core.metrics.stats import bootstrap_mean_ci
 from medeval_core.records import CaseResult, CaseStatus, InputFile
 from medeval_core.settings import Settings
 
@@ -246,10 +249,23 @@ class MetricsScorer:
         return {key: Score(value=metrics[key], provenance=provenance) for key in METRIC_KEYS}
 
 
+METRIC_ROLES: dict[str, MetricRole] = {"GTPA@1": "accuracy", "IL": "turns"}
+
+
+def _case_intervals(values: Mapping[str, np.ndarray], rows: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Each metric's percentile bootstrap 95 % interval over patients (a patient's repetitions averaged first:
+    the patient is the independent unit)."""
+    patient, inverse = np.unique(rows, return_inverse=True)
+    repeats = np.bincount(inverse, minlength=len(patient))
+    return {key: bootstrap_mean_ci(np.bincount(inverse, weights=values[key], minlength=len(patient)) / repeats)
+            for key in METRIC_KEYS}
+
+
 class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     name = "ddxplus"
     Params = DDXPlusParams
     Output = DDXPlusOutput
+    score_run_scorers = (SCORER,)
 
     def comparison_key(self, params: DDXPlusParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
         """Patient ids are row numbers of a patients file: two runs share cases only on the same file's contents
@@ -318,31 +334,53 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
 
     # Summary ------------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _per_patient(patients: PatientSet, finished: Sequence[CaseResult]
+                     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Per-patient metric arrays of every finished consultation (each repetition scored on its own, then
+        pooled), with each value's true pathology and patient row."""
+        by_repetition: dict[int, list[CaseResult]] = {}
+        for result in finished:
+            by_repetition.setdefault(result.repetition, []).append(result)
+        values: list[dict[str, np.ndarray]] = []
+        pathology, rows = [], []
+        for _repetition, mine in sorted(by_repetition.items()):
+            positions = sorted(int(patients.position[int(result.output["index"])]) for result in mine)
+            scored = patients
+            if len(positions) != len(patients) or len(set(positions)) != len(patients):
+                scored = patients.subset(np.asarray(positions, dtype=np.int64))
+            builder = PredictionBuilder(scored)
+            for result in mine:
+                builder.add(scored.position[int(result.output["index"])], result.output["differential"].items(),
+                            result.output["inquired"])
+            values.append(score(scored, builder.build()).per_patient)
+            pathology.append(np.asarray(scored.pathology))
+            rows.append(np.asarray(scored.rows))
+        if not values:
+            return {key: np.zeros(0) for key in METRIC_KEYS}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        pooled = {key: np.concatenate([part[key] for part in values]) for key in METRIC_KEYS}
+        return pooled, np.concatenate(pathology), np.concatenate(rows)
+
     def summarize(self, params: DDXPlusParams, cases: Sequence[DDXPlusPatient],
                   results: Sequence[CaseResult]) -> RunSummary:
         """Metrics over the patients whose consultation finished; failed and unfinished ones are counted apart
         (design.md §3.2), never averaged in as an empty differential with IL 1."""
         patients = self.patient_set(params)
-        finished = [(int(patients.position[int(result.output["index"])]), result) for result in results
-                    if result.status == CaseStatus.OK]
+        finished = [result for result in results if result.status == CaseStatus.OK]
         counts = RunCounts.of(len(patients) * params.repetitions, list(results))
-        scored = patients
-        if len(finished) != len(patients) or len({p for p, _ in finished}) != len(patients):
-            scored = patients.subset(np.asarray(sorted(p for p, _ in finished), dtype=np.int64))
-        builder = PredictionBuilder(scored)
-        for _, result in finished:
-            row = int(result.output["index"])
-            builder.add(scored.position[row], result.output["differential"].items(), result.output["inquired"])
-        report = score(scored, builder.build()) if finished else None
-        metrics = report.metrics if report is not None else {}
-        headline = [Metric(name=key, value=metrics[key], n=len(finished), denominator=COMPLETED,
-                           method="mean of per-patient values", unit=metric_unit(key))
+        values, pathology, rows = self._per_patient(patients, finished)
+        metrics = ddx_metrics.mean_metrics(values) if finished else {}
+        intervals = _case_intervals(values, rows) if finished else {}
+        headline = [Metric(name=key, value=metrics[key], interval=intervals.get(key), n=len(finished),
+                           denominator=COMPLETED, method="mean of per-patient values; percentile bootstrap 95%",
+                           unit=metric_unit(key), role=METRIC_ROLES.get(key))
                     for key in METRIC_KEYS if key in metrics]
-        per_pathology = report.per_pathology if report is not None else {}
+        per_pathology = (ddx_metrics.breakdown(values, pathology, patients.kb.pathology_names)
+                         if finished else {})
         groups = [MetricGroup(dimension="pathology", label=label,
-                              metrics=[Metric(name=key, value=values[key], n=int(values["n"]), denominator=COMPLETED,
-                                              unit=metric_unit(key)) for key in METRIC_KEYS])
-                  for label, values in per_pathology.items()]
+                              metrics=[Metric(name=key, value=figures[key], n=int(figures["n"]),
+                                              denominator=COMPLETED, unit=metric_unit(key)) for key in METRIC_KEYS])
+                  for label, figures in per_pathology.items()]
         notes = [] if params.reads_kb else ["The agent did not read the KB's condition lists."]
         if patients.report.n_skipped:
             notes.append(patients.report.summary())
@@ -363,9 +401,9 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         }
         return RunSummary(
             benchmark=self.name, title=SPEC.title, counts=counts, headline=headline, groups=groups,
-            reference=[ReferenceRow(label=label, source=REFERENCE_SOURCE, values=values)
-                       for label, values in REFERENCE_ROWS.items()]
-                      + [ReferenceRow(label=label, source=PREPRINT_SOURCE, values=values)
-                         for label, values in PREPRINT_ROWS.items()],
+            reference=[ReferenceRow(label=label, source=REFERENCE_SOURCE, values=row)
+                       for label, row in REFERENCE_ROWS.items()]
+                      + [ReferenceRow(label=label, source=PREPRINT_SOURCE, values=row)
+                         for label, row in PREPRINT_ROWS.items()],
             notes=notes, extras=extras,
         )

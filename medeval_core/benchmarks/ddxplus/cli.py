@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json
+from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json, print_repetitions
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -67,7 +67,8 @@ class DDXPlusCli(BenchmarkCli):
 
         extras = summary.extras
         print()
-        print(f"{report.run_id}: {report.status}; {extras['finished']} of {extras['patients']} patients finished, "
+        print(f"{report.run_id}: {report.status}; {extras['finished']} of {summary.counts.expected} consultations "
+              f"({extras['patients']} patients x {max(len(summary.repetitions), 1)} repetitions) finished, "
               f"{extras['failed']} failed. Agent {extras['agent']} "
               f"({'read' if extras['reads_kb'] else 'did not read'} the KB).")
         if "skipped" in extras["load_report"]:
@@ -76,6 +77,7 @@ class DDXPlusCli(BenchmarkCli):
         sources = list(dict.fromkeys(row.source for row in summary.reference))
         rows.update({f"{row.label} [{sources.index(row.source) + 1}]": row.values for row in summary.reference})
         print(format_table(rows))
+        print_repetitions(summary)
         if extras["failed"]:
             print(f"{extras['failed']} failed consultation(s) are counted apart, not in this run's metrics.")
         for number, source in enumerate(sources, start=1):

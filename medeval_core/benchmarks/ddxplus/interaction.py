@@ -27,7 +27,7 @@ from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, Language, root_of
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer, PatientSimulator
-from medeval_core.interaction import Episode, EpisodeError, Limits, Step
+from medeval_core.interaction import Episode, EpisodeError, Limits, PatientTurn, Step
 from medeval_core.metrics import ddxplus as ddx_metrics
 
 __all__ = [
@@ -62,15 +62,14 @@ class Diagnose(BaseModel):
     differential: dict[str, Any] | list[Any]
 
 
-class Reply(BaseModel):
-    """The patient's answer to one question (stored as the turn's payload)."""
+class Reply(PatientTurn):
+    """The patient's answer to one question (stored as the turn's payload): the core's patient turn with the
+    evidence asked and the values it revealed."""
 
     root: str
-    question: str
     values: list[str]
     positive: bool
     defaulted: bool
-    answer: str
 
     def as_answer(self) -> Answer:
         return Answer(root=self.root, values=tuple(self.values), positive=self.positive, defaulted=self.defaulted)

@@ -93,6 +93,7 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
     name = "dynamicare"
     Params = DynamicareParams
     Output = DynamicareOutput
+    score_run_scorers = (SCORER,)
 
     def _load(self, params: DynamicareParams) -> RecordSet:
         try:

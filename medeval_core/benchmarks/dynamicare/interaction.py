@@ -133,7 +133,7 @@ class Consultation:
             if not question:
                 raise EpisodeError("Write a question for the patient first.")
             answer = self.patient.answer(question, self.ctx)
-            reply = Reply(question=question, **answer.model_dump())
+            reply = Reply.of(question, answer)
             self.replies.append(reply)
             return Step(observation=reply, provenance={"patient": self.patient.name, "fields": reply.facts,
                                                        "refused": reply.refused})
@@ -149,7 +149,7 @@ class Consultation:
         raise EpisodeError(f"An open-diagnosis action is a question or a diagnosis, not {type(action).__name__}.")
 
     def view(self) -> DoctorView:
-        return DoctorView(complaint=self.record.chief_complaint, history=[(r.question, r.text) for r in self.replies],
+        return DoctorView(complaint=self.record.chief_complaint, history=[(r.question, r.answer) for r in self.replies],
                           questions_left=self.max_questions - len(self.replies))
 
     def output(self) -> DynamicareOutput:
@@ -159,7 +159,7 @@ class Consultation:
             case_id=self.record.case_id, diagnoses=self.verdict.diagnoses,
             truth_codes=[code.code for code in self.record.icd9], truth_categories=self.verdict.truth_categories,
             metrics=self.verdict.metrics, matched=self.verdict.matched, questions=[r.question for r in self.replies],
-            answers=[r.text for r in self.replies], num_questions=len(self.replies), timed_out=self.verdict.forced)
+            answers=[r.answer for r in self.replies], num_questions=len(self.replies), timed_out=self.verdict.forced)
 
 
 def open_episode(consultation: Consultation, ctx: CaseContext, record_start: bool = True) -> Episode[Any, Any]:

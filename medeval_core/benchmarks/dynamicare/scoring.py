@@ -129,12 +129,13 @@ def headline(per_case: Sequence[dict[str, float]], questions: Sequence[int], den
         elif name.startswith("Hit"):
             hits = int(sum(values))
             metrics.append(Metric(name=name, value=hits / n, interval=wilson_interval(hits, n), n=n,
-                                  denominator=denominator, method="Wilson 95%"))
+                                  denominator=denominator, method="Wilson 95%",
+                                  role="accuracy" if name == METRIC_NAMES[0] else None))
         else:
             metrics.append(Metric(name=name, value=sum(values) / n, interval=bootstrap_mean_ci(values), n=n,
                                   denominator=denominator, method="mean, bootstrap 95%"))
     asked = [float(count) for count in questions]
     metrics.append(Metric(name="Ave-Q", value=sum(asked) / n if n else None, n=n, denominator=denominator,
                           interval=bootstrap_mean_ci(asked) if n else None, method="mean, bootstrap 95%",
-                          unit="number"))
+                          unit="number", role="turns"))
     return metrics

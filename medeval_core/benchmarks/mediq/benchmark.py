@@ -106,6 +106,7 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
     name = "mediq"
     Params = MediqParams
     Output = MediqOutput
+    score_run_scorers = (SCORER,)
 
     def _load(self, params: MediqParams) -> Any:
         try:

@@ -17,7 +17,7 @@ from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.mediq.cases import MediqCase
 from medeval_core.benchmarks.mediq.experts import Expert, ExpertView, ReplayExpert
 from medeval_core.benchmarks.mediq.patients import MediqPatient, PatientAnswer
-from medeval_core.interaction import Episode, EpisodeError, Limits, Step
+from medeval_core.interaction import Episode, EpisodeError, Limits, PatientTurn, Step
 
 DEFAULT_MAX_QUESTIONS = 10
 START_ACTOR = "patient"
@@ -41,10 +41,18 @@ class Intake(BaseModel):
     options: dict[str, str]
 
 
-class Reply(PatientAnswer):
-    """The patient's answer to one question, as stored in the turn."""
+class Reply(PatientTurn):
+    """The patient's answer to one question, as stored in the turn: the core's patient turn with the facts it used
+    (``PatientAnswer``'s provenance)."""
 
-    question: str
+    facts: list[int] = Field(default_factory=list, description="0-based positions of the facts used")
+    refused: bool = False
+    similarities: list[float] = Field(default_factory=list, description="offline: each used fact's similarity")
+
+    @classmethod
+    def of(cls, question: str, answer: PatientAnswer) -> Reply:
+        return cls(question=question, answer=answer.text, facts=answer.facts, refused=answer.refused,
+                   similarities=answer.similarities)
 
 
 class Verdict(BaseModel):
@@ -103,7 +111,7 @@ class Consultation:
             if not question:
                 raise EpisodeError("Write a question for the patient first.")
             answer = self.patient.answer(question, self.ctx)
-            reply = Reply(question=question, **answer.model_dump())
+            reply = Reply.of(question, answer)
             self.replies.append(reply)
             return Step(observation=reply, provenance={"patient": self.patient.name, "facts": reply.facts,
                                                        "refused": reply.refused})
@@ -118,7 +126,7 @@ class Consultation:
 
     def view(self) -> ExpertView:
         return ExpertView(initial_info=self.case.initial_info, question=self.case.question,
-                          options=self.case.options, history=[(r.question, r.text) for r in self.replies],
+                          options=self.case.options, history=[(r.question, r.answer) for r in self.replies],
                           questions_left=self.max_questions - len(self.replies))
 
     def initial_view(self) -> ExpertView:
@@ -135,7 +143,7 @@ class Consultation:
         return MediqOutput(
             case_id=self.case.case_id, choice=self.verdict.choice, answer_idx=self.case.answer_idx,
             correct=self.verdict.correct, questions=[r.question for r in self.replies],
-            answers=[r.text for r in self.replies], facts_used=[r.facts for r in self.replies],
+            answers=[r.answer for r in self.replies], facts_used=[r.facts for r in self.replies],
             num_questions=len(self.replies), timed_out=self.verdict.forced, initial_choice=initial_choice,
             initial_correct=None if initial_choice is None else initial_choice == self.case.answer_idx,
             facts_uncovered=self.uncovered())

@@ -52,9 +52,10 @@ def headline(scores: Sequence[CaseScore], denominator: str) -> list[Metric]:
     questions = [float(score.num_questions) for score in scores]
     metrics = [
         Metric(name="accuracy", value=correct / n if n else None, interval=wilson_interval(correct, n) if n else None,
-               n=n, denominator=denominator, method="Wilson 95%"),
+               n=n, denominator=denominator, method="Wilson 95%", role="accuracy"),
         Metric(name="Ave-Q", value=sum(questions) / n if n else None, n=n, denominator=denominator,
-               interval=bootstrap_mean_ci(questions) if n else None, method="mean, bootstrap 95%", unit="number"),
+               interval=bootstrap_mean_ci(questions) if n else None, method="mean, bootstrap 95%", unit="number",
+               role="turns"),
         Metric(name="timeout rate", value=timeouts / n if n else None, n=n, denominator=denominator,
                interval=wilson_interval(timeouts, n) if n else None, method="Wilson 95%"),
         Metric(name="Avg. Turns", value=sum(score.choices_made for score in scores) / n if n else None, n=n,

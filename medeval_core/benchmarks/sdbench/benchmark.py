@@ -22,6 +22,7 @@ from medeval_core.benchmark import (
     CaseContext,
     Metric,
     MetricGroup,
+    MetricRole,
     ReferenceRow,
     RunCounts,
     RunParams,
@@ -336,6 +337,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
     name = "sdbench"
     Params = SDBenchParams
     Output = SDBenchOutput
+    score_run_scorers = (COST_SCORER, *JUDGE_SCORERS.values())
 
     def __init__(self) -> None:
         self._resources: dict[str, Resources] = {}
@@ -409,7 +411,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
 
     def summarize(self, params: SDBenchParams, cases: Sequence[SDBenchCase],
                   results: Sequence[CaseResult]) -> RunSummary:
-        from medeval_core.metrics.stats import bootstrap_ci, wilson_interval
+        from medeval_core.metrics.stats import wilson_interval
 
         counts = RunCounts.of(len(cases) * params.repetitions, list(results))
         finished = [r for r in results if r.ok]
@@ -424,32 +426,36 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
             right = sum(bool(r.metrics[f"{prefix}_correct"]) for r in scored)
             headline.append(Metric(name=f"accuracy ({judge_name})", value=right / len(scored),
                                    interval=wilson_interval(right, len(scored)), n=len(scored),
-                                   denominator=judged_note, method="score >= 4; Wilson 95%"))
-            headline.append(Metric(name=f"mean score ({judge_name})",
-                                   value=sum(float(r.metrics[f"{prefix}_score"]) for r in scored) / len(scored),
-                                   n=len(scored), denominator=judged_note, method="1-5 rubric", unit="number"))
+                                   denominator=judged_note, method="score >= 4; Wilson 95%",
+                                   role=None if any(m.role == "accuracy" for m in headline) else "accuracy"))
+            headline.append(_mean_metric(f"mean score ({judge_name})",
+                                         [float(r.metrics[f"{prefix}_score"]) for r in scored], judged_note,
+                                         "1-5 rubric; percentile bootstrap 95%"))
         costed = [r for r in complete if r.metrics.get("cost") is not None]
         if costed:
-            costs = [float(r.metrics["cost"]) for r in costed]
-            headline.append(Metric(name="mean cost per case ($)", value=sum(costs) / len(costs),
-                                   interval=bootstrap_ci(costs), n=len(costs), denominator="completed cases",
-                                   method="visits $300 + test prices; percentile bootstrap 95%", unit="number"))
+            headline.append(_mean_metric("mean cost per case ($)", [float(r.metrics["cost"]) for r in costed],
+                                         "completed cases", "visits $300 + test prices; percentile bootstrap 95%",
+                                         role="cost"))
             estimated = sum(int(r.metrics.get("tests_estimated") or 0) for r in costed)
             by_code = sum(int(r.metrics.get("tests_priced_by_code") or 0) for r in costed)
             headline.append(Metric(name="tests priced by code", value=by_code / (by_code + estimated)
                                    if by_code + estimated else None, n=by_code + estimated,
+                                   interval=wilson_interval(by_code, by_code + estimated)
+                                   if by_code + estimated else None, method="Wilson 95%",
                                    denominator="ordered tests (refused left out)"))
         if complete and "questions" in complete[0].output:
             for field, label in (("visits", "mean visits"), ("questions", "mean questions"),
                                  ("tests", "mean tests")):
-                headline.append(Metric(name=label, value=sum(float(r.output.get(field, 0)) for r in complete)
-                                       / len(complete), n=len(complete), denominator="completed cases",
-                                       unit="number"))
+                headline.append(_mean_metric(label, [float(r.output.get(field, 0)) for r in complete],
+                                             "completed cases", "mean; percentile bootstrap 95%",
+                                             role="turns" if field == "questions" else None))
             answers = {key: sum(int(r.output.get("sources", {}).get(key, 0)) for r in complete)
                        for key in ("REAL", "SYNTHETIC", "REFUSED")}
             total = sum(answers.values())
             headline.append(Metric(name="REAL answers", value=answers["REAL"] / total if total else None,
-                                   n=total, denominator="gatekeeper answers (questions and tests)"))
+                                   interval=wilson_interval(answers["REAL"], total) if total else None,
+                                   method="Wilson 95%", n=total,
+                                   denominator="gatekeeper answers (questions and tests)"))
         groups = self._split_groups(complete)
         notes = []
         withheld = sum(int(r.output.get("withheld") or 0) for r in finished)
@@ -494,10 +500,19 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
                                           denominator="judged cases"))
             costs = [float(r.metrics["cost"]) for r in rows if r.metrics.get("cost") is not None]
             if costs:
-                metrics.append(Metric(name="mean cost per case ($)", value=sum(costs) / len(costs), n=len(costs),
-                                      denominator="completed cases", unit="number"))
+                metrics.append(_mean_metric("mean cost per case ($)", costs, "completed cases",
+                                            "percentile bootstrap 95%"))
             groups.append(MetricGroup(dimension="split", label=split, metrics=metrics))
         return groups
+
+
+def _mean_metric(name: str, values: Sequence[float], denominator: str, method: str,
+                 role: MetricRole | None = None) -> Metric:
+    """A mean over cases with its percentile bootstrap 95 % interval."""
+    from medeval_core.metrics.stats import bootstrap_ci
+
+    return Metric(name=name, value=sum(values) / len(values), interval=bootstrap_ci(values), n=len(values),
+                  denominator=denominator, method=method, unit="number", role=role)
 
 
 def default_prices(settings: Settings) -> Path:

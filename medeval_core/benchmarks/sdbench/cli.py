@@ -62,7 +62,6 @@ class SDBenchCli(BenchmarkCli):
         parser.add_argument("--max-turns", type=int, help="question and test turns allowed before the diagnosis")
         parser.add_argument("--max-cost", type=float, help="budget in dollars before the diagnosis")
         parser.add_argument("--model-args", default="{}", help="JSON object merged into each agent request")
-        parser.add_argument("--repetitions", type=int, default=1, help="times each case is run")
 
     def run_params(self, args: argparse.Namespace, settings: Settings) -> BaseModel:
         from medeval_core.benchmarks.sdbench import AGENT_ROLE, GATEKEEPER_ROLE, JUDGE_ROLE, PRICING_ROLE
@@ -70,8 +69,6 @@ class SDBenchCli(BenchmarkCli):
 
         if args.limit is not None and args.limit < 1:
             raise CommandError("--limit must be at least 1.")
-        if args.repetitions < 1:
-            raise CommandError("--repetitions must be at least 1.")
         if args.agent == "replay" and args.actions is None:
             raise CommandError("--agent replay needs --actions FILE (one JSON line of actions per case).")
         gatekeeper: Literal["llm", "offline"] = args.gatekeeper or (
@@ -94,7 +91,7 @@ class SDBenchCli(BenchmarkCli):
             interpretation=args.interpretation, judge=judge,
             prices=prices, split=args.split, limit=args.limit, case_ids=args.case_ids, max_turns=args.max_turns,
             max_cost=args.max_cost, model_args=_json_object(args.model_args, "--model-args"), models=models,
-            repetitions=args.repetitions, **({"workers": args.workers} if args.workers else {}))
+            repetitions=args.repetitions or 1, **({"workers": args.workers} if args.workers else {}))
 
 
 def register(groups: CommandGroups) -> None:

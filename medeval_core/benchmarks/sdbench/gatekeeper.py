@@ -581,7 +581,8 @@ class CaseEnvironment:
     def describe(self, action: Action) -> tuple[str, dict[str, Any]]:
         if isinstance(action, Diagnosis):
             return "diagnosis", {"diagnosis": action.text}
-        return action.kind, {"requests": list(action.items)}
+        # "question": the requests as one text, the patient-turn shape annotation reads (``PatientTurn``).
+        return action.kind, {"requests": list(action.items), "question": "; ".join(action.items)}
 
     def step(self, action: Action) -> Step[Any]:
         if self.diagnosis is not None:
