@@ -11,8 +11,10 @@ from medeval_core.session_controls import session_controls
 
 st.title("Open diagnosis walkthrough")
 st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
-           "record; it answers from the record or says it does not know), then rank up to 10 diagnoses. Each "
-           "maps to an ICD-9 code you can correct; Hit@K and Rec@K match on the ICD-9 category.")
+           "record; it answers from what the patient knows or says it does not know) or request a test with "
+           "\"REQUEST TEST: name\" (answered from the examination findings and test results, as AgentClinic's "
+           "measurement agent), then rank up to 10 diagnoses. Each maps to an ICD-9 code you can correct; Hit@K and "
+           "Rec@K match on the ICD-9 category.")
 
 settings = current_settings()
 store = current_store()
@@ -48,6 +50,9 @@ record = walk.record
 st.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_questions}")
 st.markdown("**Chief complaint**")
 st.text(record.chief_complaint)
+if record.objective:
+    st.markdown("**Objective**")
+    st.text(record.objective)
 st.caption(f"Walkthrough {walk.id}; the link in the address bar brings it back.")
 session_controls(store, walk.id, "walkthrough", walk.finished)
 
@@ -63,7 +68,8 @@ for reply in walk.replies:
 if not walk.finished:
     st.subheader("Ask the patient")
     with st.form("od_ask_form", clear_on_submit=True):
-        question = st.text_input("Your question", key="od_question", placeholder="e.g. When did it start?")
+        question = st.text_input("Your question", key="od_question",
+                                 placeholder="e.g. When did it start?  or  REQUEST TEST: Chest X-ray")
         asked = st.form_submit_button("Ask", disabled=walk.questions_left <= 0)
     if asked:
         try:
@@ -78,14 +84,15 @@ if not walk.finished:
     if len(ranked) > 10:
         st.error(f"You listed {len(ranked)} diagnoses; keep the 10 most likely.")
     elif ranked:
-        st.caption("The ICD-9 code each maps to (shortlist of the 2015 list, then the best-covering description). "
-                   "Correct a code by typing another one.")
+        st.caption("The ICD-9 code each maps to, how the mapper made it and its score. Correct a code by typing "
+                   "another one.")
         corrections: dict[str, str] = {}
         for row in wt.preview(ranked):
             shown = display_code(row.code) if row.code else ""
             left, right = st.columns([2, 3])
             typed = left.text_input(f"{row.rank}. ICD-9 code", value=shown, key=f"od_code_{row.rank}_{row.text}")
-            right.text(f"{row.text}\n-> {row.description or 'no code found'} (confidence {row.confidence:.2f})")
+            right.text(f"{row.text}\n-> {row.description or 'no code found'} (how mapped: {row.method}, "
+                       f"score {row.confidence:.2f})")
             if typed.strip() and typed.strip() != shown:
                 corrections[row.text] = typed.strip()
         if st.button("Submit diagnoses", type="primary", key="od_submit"):
@@ -110,7 +117,8 @@ else:
     st.markdown("**Your diagnoses and their codes**")
     st.dataframe(pd.DataFrame([{"rank": row.rank, "diagnosis": row.text,
                                 "code": display_code(row.code) if row.code else "",
-                                "category": row.category or "", "how": row.method,
+                                "category": row.category or "", "how mapped": row.method,
+                                "score": round(row.confidence, 2),
                                 "matched": bool(row.category and row.category in output.truth_categories)}
                                for row in output.diagnoses]), hide_index=True, key="od_result_table")
     matched = output.matched["@10"]

@@ -29,10 +29,11 @@ from medeval_core.benchmarks.dynamicare.doctors import (
     merge,
     parse_vote,
 )
-from medeval_core.benchmarks.dynamicare.interaction import consult
+from medeval_core.benchmarks.dynamicare.interaction import Ask, Consultation, consult
 from medeval_core.benchmarks.dynamicare.patients import UNKNOWN, LLMRecordPatient, RecordRetrievalPatient
 from medeval_core.context import current_settings, current_store
 from medeval_core.icd9 import Icd9Mapper
+from medeval_core.interaction import EpisodeError
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +107,48 @@ def test_offline_record_patient_answers_from_fields_or_does_not_know():
     assert patient.answer("Do you smoke?").text == "Social history: Smokes 20 cigarettes a day."
     unknown = patient.answer("Have you been to Peru?")
     assert unknown.text == UNKNOWN and unknown.refused
+
+
+def test_the_patient_never_gives_test_results_which_come_only_through_the_test_channel(agentclinic, mapper):
+    record = agentclinic_case(agentclinic, 1, mapper)  # myasthenia gravis (AgentClinic MedQA case 1)
+    assert record.diagnosis == "Myasthenia gravis"
+    assert record.objective.startswith("Assess and diagnose the patient presenting with double vision")
+    assert "Acetylcholine" not in json.dumps(record.record) and "Acetylcholine" in json.dumps(record.measurements)
+    measured = [text for _, text in record.measurement_fields()]
+    patient = RecordRetrievalPatient(record)
+    for question in ("When did the symptoms start?", "What tests have you had?", "What did your blood tests show?",
+                     "Do you have antibodies?", "What did the examination show?", "Any imaging?",
+                     "What is your blood pressure?"):
+        answer = patient.answer(question)
+        assert not any(text in answer.text for text in measured), (question, answer.text)
+        assert "Acetylcholine" not in answer.text and "RESULTS" not in answer.text
+    started = patient.answer("When did the symptoms start?")
+    assert "1-month history" in started.text
+    consultation = Consultation(record, patient, mapper)
+    assert consultation.start().objective == record.objective == consultation.view().objective
+    step = consultation.step(Ask(text="REQUEST TEST: Acetylcholine receptor antibodies"))
+    assert step.observation.text.startswith("RESULTS: ")
+    assert "Acetylcholine Receptor Antibodies: Present (elevated)" in step.observation.text
+    assert step.provenance["channel"] == "test" and step.provenance["patient"] == "measurement"
+    absent = consultation.step(Ask(text="request test: lumbar puncture opening pressure"))
+    assert absent.observation.text == "RESULTS: NORMAL READINGS" and absent.provenance["channel"] == "test"
+    asked = consultation.step(Ask(text="When did the symptoms start?"))
+    assert asked.provenance["channel"] == "patient" and asked.observation.text == started.text
+    assert len(consultation.replies) == 3  # a test request is a turn, as in AgentClinic
+    with pytest.raises(EpisodeError, match="Name the test"):
+        consultation.step(Ask(text="REQUEST TEST:  "))
+
+
+def test_a_record_written_before_measurements_keeps_agentclinic_tests_out_of_the_patient(agentclinic):
+    raw = json.loads(agentclinic.read_text(encoding="utf-8").splitlines()[0])["OSCE_Examination"]
+    old_line = {"case_id": "ac-1", "chief_complaint": "35-year-old female, double vision",
+                "record": {key: raw[key] for key in ("Patient_Actor", "Physical_Examination_Findings",
+                                                     "Test_Results")},
+                "icd9": ["358.0"]}
+    record = parse_record(old_line)
+    assert set(record.record) == {"Patient_Actor"}
+    assert set(record.measurements) == {"Physical_Examination_Findings", "Test_Results"}
+    assert not any("Acetylcholine" in text for _, text in record.fields())
 
 
 def _backend(server, model="fake"):
@@ -249,10 +292,13 @@ def test_open_diagnosis_page_maps_corrects_and_scores():
     app.selectbox(key="od_case").set_value(1).run()
     app.button(key="od_start").click().run()
     walk_id = app.query_params["walkthrough"]
-    assert "35-year-old female, double vision" in [t.value for t in app.text]
+    shown = [t.value for t in app.text]
+    assert "35-year-old female, double vision" in shown
+    assert any(text.startswith("Assess and diagnose the patient presenting with double vision") for text in shown)
     app.text_input(key="od_question").set_value("Do you have weakness?")
     next(b for b in app.button if b.label == "Ask").click().run()
     assert not app.exception, app.exception
+    assert not any("Acetylcholine" in t.value for t in app.text)
     reloaded = AppTest.from_file(PAGE, default_timeout=120)
     reloaded.query_params["walkthrough"] = walk_id
     reloaded.run()
@@ -260,6 +306,9 @@ def test_open_diagnosis_page_maps_corrects_and_scores():
     reloaded.text_area(key="od_ranked").set_value("1. Lambert-Eaton syndrome\n2. hypertension").run()
     boxes = [box for box in reloaded.text_input if box.label.endswith("ICD-9 code")]
     assert boxes[1].value == "401"
+    hypertension = Icd9Mapper().map("hypertension")
+    assert any(t.value.startswith("hypertension\n") and t.value.endswith(
+        f"(how mapped: {hypertension.method}, score {hypertension.confidence:.2f})") for t in reloaded.text)
     boxes[0].set_value("358.00").run()  # the person corrects the first mapping to myasthenia gravis
     reloaded.button(key="od_submit").click().run()
     assert not reloaded.exception, reloaded.exception
@@ -268,6 +317,9 @@ def test_open_diagnosis_page_maps_corrects_and_scores():
     (result,) = context.current_store().results(walk_id)
     first = result.output["diagnoses"][0]
     assert (first["code"], first["method"]) == ("35800", "corrected") and result.output["num_questions"] == 1
+    table = reloaded.dataframe(key="od_result_table").value
+    assert table["how mapped"].tolist() == ["corrected", hypertension.method]
+    assert table["score"].tolist() == [1.0, round(hypertension.confidence, 2)]
 
 
 def test_import_records_validates_your_own_records(tmp_path, isolated_store):

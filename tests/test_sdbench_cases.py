@@ -54,6 +54,8 @@ def test_agentclinic_cases_keep_every_finding_and_summaries_leak_nothing(data_di
         joined = "\n".join(results)
         assert all(leaf in joined for leaf in leaves), case.case_id
         assert case.provenance["file_line"] >= 1 and "AgentClinic" in case.provenance["source"]
+        assert case.provenance["objective_for_doctor"] == osce["Objective_for_Doctor"].strip()
+        assert case.provenance["objective_for_doctor"] not in case.case_summary
     first = report.cases[0]
     assert first.findings.tests["Chest CT"] == "Normal, no thymoma or other masses detected."
     assert first.findings.tests["Acetylcholine Receptor Antibodies"] == "Present (elevated)"

@@ -37,3 +37,33 @@ def test_ddxplus_predictions_score_as_the_official_compute_metrics(tmp_path, iso
         # 1e-6: the official F1 adds 1e-10 to its denominator.
         assert ours[key] == pytest.approx(expected, abs=1e-6), key
     assert 0 < ours["GTPA@1"] < 100  # the ties decide part of it
+
+
+def _digest(value) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def test_agentclinic_cases_carry_the_fields_agentclinics_own_loader_gives_its_agents(tmp_path, data_dir):
+    from medeval_core.benchmarks.dynamicare.cases import import_agentclinic, load_records
+    from medeval_core.icd9 import Icd9Mapper
+
+    upstream = json.loads((UPSTREAM / "agentclinic" / "medqa_field_digests.json").read_text(encoding="utf-8"))
+    assert upstream["loader"] == "ScenarioLoaderMedQA" and len(upstream["scenarios"]) == 107
+    source = data_dir / "agentclinic" / "agentclinic_medqa.jsonl"
+    out = tmp_path / "records.jsonl"
+    report = import_agentclinic([("ac", source)], out, Icd9Mapper())
+    records = {record.case_id: record for record in load_records(out).records}
+    assert report.written == len(records) == 107
+    for row in upstream["scenarios"]:
+        record = records[f"ac-{row['scenario'] + 1}"]
+        # Patient agent: Patient_Actor only; doctor agent: Objective_for_Doctor; measurement agent: the
+        # examination findings with the test results under "tests" (ScenarioMedQA.exam_information).
+        assert _digest(record.record["Patient_Actor"]) == row["patient_information"]
+        assert _digest(record.objective) == row["examiner_information"]
+        measured = {**record.measurements["Physical_Examination_Findings"],
+                    "tests": record.measurements["Test_Results"]}
+        assert _digest(measured) == row["exam_information"]
+        assert _digest(record.diagnosis) == row["diagnosis_information"]
+        assert set(record.record) == {"Patient_Actor"}

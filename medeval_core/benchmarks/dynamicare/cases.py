@@ -4,14 +4,22 @@ The record shape (JSON Lines, one patient a line; MIMIC-Patient users convert th
 
     {"case_id": "p-001",
      "chief_complaint": "58-year-old man with two days of chest pain",   # all the doctor sees first
-     "record": {"History": "...", "Vitals": {"Blood pressure": "150/95 mmHg"}, "Labs": {...}},  # nested strings
+     "objective": "optional: the doctor's task, shown with the complaint",
+     "record": {"History": "...", "Symptoms": {"Onset": "two days ago"}},  # what the patient knows; nested strings
+     "measurements": {"Vitals": {"Blood pressure": "150/95 mmHg"}, "Labs": {...}},  # exam findings, test results
      "icd9": ["428.0", {"code": "401.9", "name": "Hypertension NOS", "confidence": 0.92, "method": "exact"}],
      "diagnosis": "optional free-text diagnosis"}
 
-``icd9`` lists 1-5 ground-truth codes (dotted or not, E- and V-codes too); the record never holds the diagnosis
-(the patient simulator answers from it). ``import_agentclinic`` converts the AgentClinic MedQA (and
-MedQA-extended) OSCE cases: history, symptoms, examination and test results become the record, and the
-``Correct_Diagnosis`` is mapped to ICD-9 with the shortlist-then-choose mapper, its confidence and method kept.
+``icd9`` lists 1-5 ground-truth codes (dotted or not, E- and V-codes too); the record never holds the diagnosis.
+The patient simulator answers from ``record`` only: a patient knows their history and symptoms, not their test
+results. ``measurements`` reach the doctor only through the test channel ("REQUEST TEST: ...", as AgentClinic's
+measurement agent), so a question such as "When did the symptoms start?" can never return a lab value.
+``import_agentclinic`` converts the AgentClinic MedQA (and MedQA-extended) OSCE cases the way AgentClinic's
+``ScenarioMedQA`` splits them: ``Patient_Actor`` becomes the record (AgentClinic's patient agent), the
+``Physical_Examination_Findings`` and ``Test_Results`` the measurements (its measurement agent),
+``Objective_for_Doctor`` the objective (its doctor agent's presentation), and the ``Correct_Diagnosis`` is mapped
+to ICD-9 with the mapper, its confidence and method kept. A record line written before measurements existed, with
+those two AgentClinic sections inside ``record``, is read with them moved to ``measurements``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from medeval_core.icd9 import Icd9Mapper, category, display_code, normalise_code
 from medeval_core.records import Case
 
 MAX_TRUTH_CODES = 5
+MEASUREMENT_SECTIONS = ("Physical_Examination_Findings", "Test_Results")
+"""AgentClinic's sections that only its measurement agent holds (``ScenarioMedQA.exam_information``)."""
 
 
 class RecordFileError(ValueError):
@@ -48,7 +58,12 @@ class TruthCode(BaseModel):
 class PatientRecord(Case):
     source: str = ""
     chief_complaint: str
+    objective: str = ""
+    """The doctor's task as the source states it (AgentClinic's ``Objective_for_Doctor``), shown with the complaint."""
     record: dict[str, Any]
+    """What the patient knows: the patient simulator answers from this only."""
+    measurements: dict[str, Any] = Field(default_factory=dict)
+    """Examination findings and test results: given only through the test channel."""
     icd9: list[TruthCode]
     diagnosis: str = ""
 
@@ -57,8 +72,12 @@ class PatientRecord(Case):
         return list(dict.fromkeys(code.category for code in self.icd9))
 
     def fields(self) -> list[tuple[str, str]]:
-        """The record flattened to (label path, text) pairs in its order (``Vitals / Blood pressure``)."""
+        """The record flattened to (label path, text) pairs in its order (``Symptoms / Onset``)."""
         return list(_flatten(self.record, ()))
+
+    def measurement_fields(self) -> list[tuple[str, str]]:
+        """The measurements flattened the same way (``Test Results / Blood Tests / Hemoglobin``)."""
+        return list(_flatten(self.measurements, ()))
 
 
 def _flatten(value: Any, path: tuple[str, ...]) -> Iterator[tuple[str, str]]:
@@ -113,6 +132,15 @@ def parse_record(raw: Any, source: str = "") -> PatientRecord:
     record = raw.get("record")
     if not isinstance(record, dict) or not record:
         raise ValueError("record must be a non-empty JSON object")
+    measurements = raw.get("measurements", {})
+    if not isinstance(measurements, dict):
+        raise ValueError("measurements must be a JSON object")
+    moved = {key: record[key] for key in MEASUREMENT_SECTIONS if key in record}
+    record = {key: value for key, value in record.items() if key not in moved}
+    measurements = {**moved, **measurements}
+    objective = raw.get("objective", "")
+    if not isinstance(objective, str):
+        raise ValueError("objective must be a string")
     codes = raw.get("icd9")
     if not isinstance(codes, list) or not 1 <= len(codes) <= MAX_TRUTH_CODES:
         raise ValueError(f"icd9 must list 1 to {MAX_TRUTH_CODES} ground-truth codes")
@@ -120,8 +148,8 @@ def parse_record(raw: Any, source: str = "") -> PatientRecord:
     if not isinstance(diagnosis, str):
         raise ValueError("diagnosis must be a string")
     patient = PatientRecord(case_id=str(case_id).strip(), source=str(raw.get("source", source)),
-                            chief_complaint=complaint.strip(), record=record, icd9=[_truth(c) for c in codes],
-                            diagnosis=diagnosis)
+                            chief_complaint=complaint.strip(), objective=objective.strip(), record=record,
+                            measurements=measurements, icd9=[_truth(c) for c in codes], diagnosis=diagnosis)
     if not patient.fields():
         raise ValueError("record holds no text to answer from")
     return patient
@@ -155,10 +183,12 @@ def agentclinic_record(raw: Any, case_id: str, mapper: Icd9Mapper) -> tuple[dict
     mapping = mapper.map(diagnosis)
     if mapping.code is None:
         raise ValueError(f"Correct_Diagnosis {diagnosis!r} maps to no ICD-9 code ({mapping.note})")
-    record = {key: exam[key] for key in ("Patient_Actor", "Physical_Examination_Findings", "Test_Results")
-              if key in exam}
+    objective = exam.get("Objective_for_Doctor", "")
     line = {"case_id": case_id, "source": "agentclinic", "chief_complaint": complaint_of(raw),
-            "record": record, "diagnosis": diagnosis.strip(),
+            "objective": objective.strip() if isinstance(objective, str) else "",
+            "record": {"Patient_Actor": actor},
+            "measurements": {key: exam[key] for key in MEASUREMENT_SECTIONS if key in exam},
+            "diagnosis": diagnosis.strip(),
             "icd9": [{"code": display_code(mapping.code), "name": mapping.description,
                       "confidence": mapping.confidence, "method": mapping.method}]}
     made = {"case_id": case_id, "diagnosis": diagnosis.strip(), "code": display_code(mapping.code),

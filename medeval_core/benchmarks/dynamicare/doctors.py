@@ -32,11 +32,13 @@ MAX_ROUNDS = 10
 CONFIDENCE_LEVELS = ("very low", "low", "moderate", "high", "very high")
 READY_LEVEL = 3
 """The index in ``CONFIDENCE_LEVELS`` from which the LLM doctor stops asking (``high``)."""
-PROMPT_VERSION = "dynamicare-doctor-v1"
+PROMPT_VERSION = "dynamicare-doctor-v2"
+"""v2: the doctor may request a test result ("REQUEST TEST: ..."), as AgentClinic's doctor does."""
 
 
 class DoctorView(BaseModel):
     complaint: str
+    objective: str = ""
     history: list[tuple[str, str]] = Field(default_factory=list)
     questions_left: int
 
@@ -149,7 +151,8 @@ class _Prompted:
 
     def messages(self, view: DoctorView, task: str) -> list[Message]:
         conversation = "\n".join(f"Doctor: {q}\nPatient: {a}" for q, a in view.history) or "None"
-        user = fill(self.state_template, complaint=view.complaint, conversation=conversation,
+        complaint = f"{view.complaint}\nObjective: {view.objective}" if view.objective else view.complaint
+        user = fill(self.state_template, complaint=complaint, conversation=conversation,
                     questions_left=str(view.questions_left), task=task)
         return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
 

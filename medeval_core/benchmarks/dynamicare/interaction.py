@@ -1,10 +1,13 @@
-"""One open-diagnosis consultation as an ``Environment`` of the core episode: the doctor sees the chief complaint,
-asks the record's patient (each question a turn, 10 by default), then gives up to 10 ranked diagnoses, which are
+"""One open-diagnosis consultation as an ``Environment`` of the core episode: the doctor sees the chief complaint
+(and the source's objective for the doctor), asks the record's patient or requests a test (each a turn, 10 by
+default; a question that starts "REQUEST TEST:" goes to the test channel, as in AgentClinic, and is answered from
+the measurements, never by the patient), then gives up to 10 ranked diagnoses, which are
 mapped to ICD-9 (codes pass through; names through the mapper; a person may correct a mapping) and scored with
 Hit@K / Rec@K on the categories (``medeval_core.icd9.category``, ``medeval_core.metrics.hitk``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -13,6 +16,7 @@ from pydantic import BaseModel, Field
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.dynamicare.cases import PatientRecord
 from medeval_core.benchmarks.dynamicare.doctors import MAX_DIAGNOSES, Doctor, DoctorView
+from medeval_core.benchmarks.dynamicare.patients import MeasurementReader
 from medeval_core.benchmarks.mediq.interaction import Reply
 from medeval_core.benchmarks.mediq.patients import MediqPatient
 from medeval_core.icd9 import Icd9Mapper, Icd9Mapping, category, lookup, normalise_code
@@ -21,6 +25,14 @@ from medeval_core.metrics.hitk import KS, case_metrics, matched
 
 DEFAULT_MAX_QUESTIONS = 10
 START_ACTOR = "patient"
+TEST_REQUEST = re.compile(r"^\s*REQUEST\s+TESTS?\s*:\s*", re.IGNORECASE)
+"""AgentClinic's doctor asks for results with "REQUEST TEST: [test]"; its measurement agent answers them."""
+
+
+def requested_test(question: str) -> str | None:
+    """The test named by a "REQUEST TEST: ..." question, or None for a question to the patient."""
+    found = TEST_REQUEST.match(question)
+    return question[found.end():].strip() if found else None
 
 
 class Ask(BaseModel):
@@ -40,6 +52,7 @@ class Diagnose(BaseModel):
 
 class Intake(BaseModel):
     complaint: str
+    objective: str = ""
 
 
 class MappedDiagnosis(BaseModel):
@@ -104,17 +117,26 @@ def verdict_of(record: PatientRecord, diagnoses: list[MappedDiagnosis], forced: 
 
 class Consultation:
     def __init__(self, record: PatientRecord, patient: MediqPatient, mapper: Icd9Mapper,
-                 ctx: CaseContext | None = None, max_questions: int = DEFAULT_MAX_QUESTIONS) -> None:
+                 ctx: CaseContext | None = None, max_questions: int = DEFAULT_MAX_QUESTIONS,
+                 measurements: MediqPatient | None = None) -> None:
         self.record = record
         self.patient = patient
+        self._measurements = measurements
         self.mapper = mapper
         self.ctx = ctx
         self.max_questions = max_questions
         self.replies: list[Reply] = []
         self.verdict: Verdict | None = None
 
+    @property
+    def measurements(self) -> MediqPatient:
+        """The test channel, built at the first test request (its encoder index costs time)."""
+        if self._measurements is None:
+            self._measurements = MeasurementReader(self.record)
+        return self._measurements
+
     def start(self) -> Intake:
-        return Intake(complaint=self.record.chief_complaint)
+        return Intake(complaint=self.record.chief_complaint, objective=self.record.objective)
 
     def counts_as_turn(self, action: Ask | Diagnose) -> bool:
         return isinstance(action, Ask)
@@ -132,11 +154,16 @@ class Consultation:
             question = " ".join(action.text.split())
             if not question:
                 raise EpisodeError("Write a question for the patient first.")
-            answer = self.patient.answer(question, self.ctx)
+            test = requested_test(question)
+            if test is not None and not test:
+                raise EpisodeError('Name the test after "REQUEST TEST:" (e.g. REQUEST TEST: Chest X-ray).')
+            answerer = self.patient if test is None else self.measurements
+            answer = answerer.answer(question if test is None else test, self.ctx)
             reply = Reply.of(question, answer)
             self.replies.append(reply)
-            return Step(observation=reply, provenance={"patient": self.patient.name, "fields": reply.facts,
-                                                       "refused": reply.refused})
+            return Step(observation=reply, provenance={"patient": answerer.name, "fields": reply.facts,
+                                                       "refused": reply.refused,
+                                                       "channel": "patient" if test is None else "test"})
         if isinstance(action, Diagnose):
             names = list(dict.fromkeys(" ".join(name.split()) for name in action.diagnoses if name.strip()))
             if not names:
@@ -149,7 +176,8 @@ class Consultation:
         raise EpisodeError(f"An open-diagnosis action is a question or a diagnosis, not {type(action).__name__}.")
 
     def view(self) -> DoctorView:
-        return DoctorView(complaint=self.record.chief_complaint, history=[(r.question, r.answer) for r in self.replies],
+        return DoctorView(complaint=self.record.chief_complaint, objective=self.record.objective,
+                          history=[(r.question, r.answer) for r in self.replies],
                           questions_left=self.max_questions - len(self.replies))
 
     def output(self) -> DynamicareOutput:

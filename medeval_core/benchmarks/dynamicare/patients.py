@@ -1,11 +1,16 @@
-"""Open-diagnosis patient simulators over a record (never its diagnosis or codes).
+"""Open-diagnosis patient simulators over what the patient knows (``record.record``: never the diagnosis, the
+codes, the examination findings or the test results), and the test channel over the measurements.
 
 - ``RecordRetrievalPatient`` (offline): the record fields most similar to the question (all-MiniLM-L6-v2 over
   "label: text"), at or above a threshold, at most ``max_fields``, given as they stand; else "I don't know."
 - ``LLMRecordPatient``: a chat model answers in the first person from the record only, "I don't know"
   otherwise (prompt ``prompts/dynamicare_patient_system.txt``).
+- ``MeasurementReader`` (offline, AgentClinic's measurement agent): a test request ("REQUEST TEST: Chest X-ray")
+  answered with the measurement fields most similar to the test named, "RESULTS: ..."; a test the case does not
+  hold reads "RESULTS: NORMAL READINGS", as AgentClinic's measurement agent is told to answer.
 
-Every answer carries the fields it used (positions in ``record.fields()``), stored with the turn.
+Every answer carries the fields it used (positions in ``record.fields()``, or ``record.measurement_fields()`` for
+a test), stored with the turn.
 """
 
 from __future__ import annotations
@@ -31,24 +36,32 @@ def _sentence(label: str, text: str) -> str:
 
 class RecordRetrievalPatient:
     name = "offline"
+    unknown = UNKNOWN
 
     def __init__(self, record: PatientRecord, threshold: float = DEFAULT_THRESHOLD,
                  max_fields: int = DEFAULT_MAX_FIELDS) -> None:
         from medeval_core.embeddings import EmbeddingIndex
 
-        self.fields = record.fields()
+        self.fields = self.fields_of(record)
         self.threshold = threshold
         self.max_fields = max_fields
         self._index = EmbeddingIndex([f"{label}: {text}" for label, text in self.fields])
 
+    @staticmethod
+    def fields_of(record: PatientRecord) -> list[tuple[str, str]]:
+        return record.fields()
+
     def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer:
         matches = self._index.search(question, threshold=self.threshold, limit=self.max_fields) \
-            if question.strip() else []
+            if question.strip() and self.fields else []
         if not matches:
-            return PatientAnswer(text=UNKNOWN, refused=True)
+            return PatientAnswer(text=self.unknown, refused=True)
         chosen = sorted(matches, key=lambda match: match.index)
-        return PatientAnswer(text=" ".join(_sentence(*self.fields[m.index]) for m in chosen),
+        return PatientAnswer(text=self.phrase(" ".join(_sentence(*self.fields[m.index]) for m in chosen)),
                              facts=[m.index for m in chosen], similarities=[round(m.similarity, 4) for m in chosen])
+
+    def phrase(self, text: str) -> str:
+        return text
 
     def describe(self) -> dict[str, Any]:
         return {"patient": self.name, "encoder": "sentence-transformers/all-MiniLM-L6-v2",
@@ -73,3 +86,18 @@ class LLMRecordPatient:
 
     def describe(self) -> dict[str, Any]:
         return {"patient": self.name, **self.backend.describe(), "prompt_version": PROMPT_VERSION}
+
+
+class MeasurementReader(RecordRetrievalPatient):
+    """The test channel: answers a test request from the measurements only (``RecordRetrievalPatient``'s
+    retrieval over ``record.measurement_fields()``), in AgentClinic's "RESULTS: ..." form."""
+
+    name = "measurement"
+    unknown = "RESULTS: NORMAL READINGS"
+
+    @staticmethod
+    def fields_of(record: PatientRecord) -> list[tuple[str, str]]:
+        return record.measurement_fields()
+
+    def phrase(self, text: str) -> str:
+        return f"RESULTS: {text}"

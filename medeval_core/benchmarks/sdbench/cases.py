@@ -344,8 +344,15 @@ def from_agentclinic(row: Mapping[str, Any], number: int, source: str, split: st
     return SDBenchCase(
         case_id=f"agentclinic-{number:04d}", split=split, case_summary=summary,
         full_text=render_full_text(demographics, findings, diagnosis.strip()), final_diagnosis=diagnosis,
-        findings=findings, provenance={"source": source, "file_line": number},
+        findings=findings, provenance={"source": source, "file_line": number, **_objective(osce)},
     )
+
+
+def _objective(osce: Mapping[str, Any]) -> dict[str, str]:
+    """AgentClinic's ``Objective_for_Doctor`` (its doctor agent's presentation), kept with the case's provenance:
+    the SDBench agent sees the case summary only, as in the protocol."""
+    objective = osce.get("Objective_for_Doctor")
+    return {"objective_for_doctor": objective.strip()} if isinstance(objective, str) and objective.strip() else {}
 
 
 def import_agentclinic(path: str | Path, split: str = SPLITS_DEFAULT) -> ReadReport:
