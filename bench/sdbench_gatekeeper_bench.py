@@ -265,9 +265,9 @@ def check_run(export: Path, expect: Path) -> None:
     for line in export.read_text(encoding="utf-8").splitlines():
         result = json.loads(line)
         orders = expected.get(result["case_id"])
-        if orders is None or not result.get("output"):
+        if orders is None or result.get("status") != "ok":
             continue
-        items = [item for turn in result["output"]["turns"] if turn["kind"] == "tests" for item in turn["items"]]
+        items = [item for turn in result["output.turns"] if turn["kind"] == "tests" for item in turn["items"]]
         by_request = {item["request"]: item for item in items}
         for order in orders:
             item = by_request.get(order["order"])

@@ -281,7 +281,6 @@ class OfflineGatekeeper:
         self._entries = [catalog.exact(candidate.label) for candidate in self.tests]
         self._component_entries = [catalog.exact(candidate.label) for candidate in self.components]
         self._entries_by_embedding: list[CatalogEntry | None] | None = None
-        self._test_index: Any = None
         self._sentence_index: Any = None
 
     def describe(self) -> dict[str, Any]:
@@ -420,9 +419,8 @@ class OfflineGatekeeper:
         candidates = self.tests + self.components
         if not among or not candidates:
             return None
-        if self._test_index is None:
-            self._test_index = embed([c.label for c in candidates])
-        scores = (self._test_index[list(among)] @ queries.T).max(axis=1)
+        # only the names compared are encoded (those the vocabulary knows were decided without it)
+        scores = (embed([candidates[i].label for i in among]) @ queries.T).max(axis=1)
         entries = self._entries + self._component_entries
         request_modalities = modalities(request)
         for row in sorted(range(len(among)), key=lambda r: -float(scores[r]))[:5]:
