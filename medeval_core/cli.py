@@ -154,6 +154,10 @@ class BenchmarkCli:
         print(file=sys.stderr)
         print_summary(summary, report)
 
+    def command_status(self, report: RunReport, summary: RunSummary) -> int:
+        """The exit status of ``run NAME``: ``exit_status`` unless the benchmark has more to say."""
+        return exit_status(report)
+
     def register(self, groups: CommandGroups) -> None:
         """Extra commands of this benchmark (``judge NAME``, ``score NAME``); none by default."""
 
@@ -210,7 +214,7 @@ def _run_handler(name: str) -> Any:
             print_json(cli.json_payload(report, summary))
         else:
             cli.print_report(report, summary)
-        return exit_status(report)
+        return cli.command_status(report, summary)
 
     return handle
 
