@@ -19,8 +19,11 @@ from medeval_core.registry import PageInfo
 from medeval_core.settings import SettingsError
 from medeval_core.status import backends_status, data_status_rows, store_status
 
-st.set_page_config(page_title="medeval", page_icon=":material/stethoscope:", layout="wide")
-st.logo(str(Path(__file__).parent / "assets" / "logo.svg"))
+LOGO = str(Path(__file__).parent / "assets" / "logo.svg")
+# A file, not a ":material/...:" icon: Streamlit fetches a Material favicon from fonts.gstatic.com, and the app must
+# work on a closed network without asking anything outside the machine (tests/test_offline_pages.py).
+st.set_page_config(page_title="medeval", page_icon=LOGO, layout="wide")
+st.logo(LOGO)
 
 
 def current_access() -> Access:

@@ -70,6 +70,13 @@ class ScoreParams(BaseModel):
     workers: int = Field(default=1, ge=1, le=512)
 
 
+class LineFileParams(RunParams):
+    """A benchmark whose cases come from a file read line by line: a bad line refuses the file unless asked."""
+
+    skip_bad_lines: bool = Field(default=False, description="run the good lines of an input file and record the "
+                                                            "bad ones with the run, instead of refusing the file")
+
+
 class CaseContext(ABC):
     """What a solver or scorer gets with each case: which run, which repetition, settings, models by role, and
     where to record dialogue turns, judge attempts and model calls."""

@@ -119,12 +119,16 @@ def _field_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
     return str, None
 
 
-COMMON_RUN_OPTIONS = ("run_id", "label", "json", "workers", "repetitions")
+COMMON_RUN_OPTIONS = ("run_id", "label", "json", "workers", "repetitions", "skip_bad_lines")
 
 
 class BenchmarkCli:
     """A benchmark's command-line options. The default builds ``run NAME`` options from the ``Params`` fields;
     a benchmark's ``cli`` module subclasses it for friendlier options or extra commands (``judge``, ``score``)."""
+
+    # Whether the benchmark's Params are LineFileParams (a class attribute: reading the Params would import the
+    # benchmark, and the parser is built without importing any).
+    reads_line_files = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -160,7 +164,10 @@ class BenchmarkCli:
             on_progress: ProgressCallback | None) -> RunReport:
         from medeval_core import service
 
-        return service.launch(self.name, self.params(args, settings), settings, store, run_id=args.run_id,
+        params = self.params(args, settings)
+        if getattr(args, "skip_bad_lines", False):
+            params = params.model_copy(update={"skip_bad_lines": True})
+        return service.launch(self.name, params, settings, store, run_id=args.run_id,
                               label=args.label, workers=args.workers, on_progress=on_progress, freeze_inputs=True)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
@@ -169,6 +176,10 @@ class BenchmarkCli:
     def print_report(self, report: RunReport, summary: RunSummary) -> None:
         print(file=sys.stderr)
         print_summary(summary, report)
+
+    def command_status(self, report: RunReport, summary: RunSummary) -> int:
+        """The exit status of ``run NAME``: ``exit_status`` unless the benchmark has more to say."""
+        return exit_status(report)
 
     def register(self, groups: CommandGroups) -> None:
         """Extra commands of this benchmark (``judge NAME``, ``score NAME``); none by default."""
@@ -236,7 +247,7 @@ def _run_handler(name: str) -> Any:
             print_json(cli.json_payload(report, summary))
         else:
             cli.print_report(report, summary)
-        return exit_status(report)
+        return cli.command_status(report, summary)
 
     return handle
 
@@ -254,6 +265,10 @@ def _add_benchmark_commands(groups: CommandGroups) -> None:
         parser.add_argument("--run-id", help="name the run; an existing run with this id continues with its stored "
                                              "parameters (other parameters are refused)")
         parser.add_argument("--label", default="", help="free text shown in run lists")
+        if cli.reads_line_files:
+            parser.add_argument("--skip-bad-lines", action="store_true",
+                                help="run the good lines of the input file and record the bad ones (line number "
+                                     "and reason) with the run; without it a bad line refuses the file")
         parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
         parser.set_defaults(handler=_run_handler(name))
         cli.register(groups)

@@ -1,10 +1,12 @@
 """Reading the project's files: JSON with one readable error per failure (whose remedy the caller words), JSON
-Lines case files whose bad lines are skipped and reported by number, large text files in blocks of whole lines
-for the bulk readers; and writing a file in one step."""
+Lines files refused at their first bad line (or, when asked, with the bad lines skipped and reported by number),
+large text files in blocks of whole lines for the bulk readers; and writing a file in one step."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -13,18 +15,35 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 T = TypeVar("T")
 
 
-def read_json(path: Path, error: type[Exception], missing: str, invalid: str) -> Any:
-    """Parse ``path``; raise ``error`` saying "<path> <missing>" or "<path> <invalid> (<parser message>)"."""
+# Python's json parser recurses once per nesting level: a line of 100,000 brackets raises RecursionError, which
+# is not a ValueError, so every JSON read here goes through ``json_value``.
+NESTED_TOO_DEEPLY = "nested too deeply to read"
+
+
+def json_value(text: str | bytes) -> Any:
+    """``text`` parsed as JSON; ValueError saying in a few words what is wrong (not JSON, nested too deeply)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError(NESTED_TOO_DEEPLY) from None
+
+
+def read_json(path: Path, error: type[Exception], missing: str, invalid: str) -> Any:
+    """Parse ``path``; raise ``error`` saying "<path> <missing>" or "<path> <invalid> (<what is wrong>)"."""
+    try:
+        return json_value(path.read_bytes().decode("utf-8-sig"))
     except FileNotFoundError:
         raise error(f"{path} {missing}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise error(f"{path} {invalid} (it is not UTF-8 text)") from None
+    except ValueError as exc:
         raise error(f"{path} {invalid} ({exc})") from None
 
 
@@ -35,35 +54,59 @@ class SkippedLine(BaseModel):
     reason: str
 
 
-def read_json_lines(path: Path, error: type[Exception], missing: str, parse: Callable[[Any], T],
-                    key: Callable[[T], str], duplicate: str, nothing_valid: str,
-                    limit: int | None = None) -> tuple[list[T], list[SkippedLine]]:
-    """The items ``parse`` makes of the non-blank lines of ``path`` (at most ``limit``), and the lines skipped: not
-    JSON, refused by ``parse`` (its ``ValueError`` is the reason) or repeating an earlier ``key`` (the reason is
-    ``duplicate`` with ``{key}`` filled in). Raises ``error`` saying "<path> <missing>" for a missing file, that it
-    cannot be read, or "<path> has <nothing_valid>" (with the first skipped line) when no line is kept."""
+SKIP_REMEDY = "fix that line, or pass --skip-bad-lines to run the good lines and record the ones skipped"
+
+
+def problem_of(exc: ValueError) -> str:
+    """One line saying what a parser's ValueError found (a pydantic error names the first field and problem)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"field {where!r}: {first['msg']}" if where else str(first["msg"])
+    if isinstance(exc, UnicodeDecodeError):
+        return f"it is not UTF-8 text (byte {exc.start + 1} of the line)"
+    return str(exc)
+
+
+def numbered_lines(path: Path, error: type[Exception], missing: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of the non-blank lines of ``path``, a leading byte-order mark dropped; ``error`` says
+    "<path> <missing>" for a missing file and that it cannot be read otherwise. Decoding is left to the caller, so
+    a line that is not UTF-8 is reported by its number."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise error(f"{path} {missing}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"Cannot read {path} ({exc}); give a UTF-8 JSON Lines file.") from None
+    except OSError as exc:
+        raise error(f"Cannot read {path} ({exc.strerror}); give a UTF-8 JSON Lines file.") from None
+    for number, line in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
+        if line.strip():
+            yield number, line
+
+
+def read_json_lines(path: Path, error: type[Exception], missing: str, parse: Callable[[Any], T],
+                    key: Callable[[T], str], duplicate: str, nothing_valid: str,
+                    limit: int | None = None, skip_bad_lines: bool = False,
+                    remedy: str = SKIP_REMEDY) -> tuple[list[T], list[SkippedLine]]:
+    """The items ``parse`` makes of the non-blank lines of ``path`` (at most ``limit``), and the lines skipped.
+
+    The one reader of every JSON Lines input: a line that is not UTF-8, not JSON, nested too deeply, refused by
+    ``parse`` (its ``ValueError`` is the reason) or repeating an earlier ``key`` (``duplicate`` with ``{key}``
+    filled in) makes it raise ``error`` "<path> line <n>: <reason>; <remedy>." before anything is used, unless
+    ``skip_bad_lines``: then the line is left out and listed. Also raises ``error`` for a missing file
+    ("<path> <missing>"), one that cannot be read, or one with no line kept ("<path> has <nothing_valid>").
+    A byte-order mark at the start is ignored."""
     items: list[T] = []
     skipped: list[SkippedLine] = []
     seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, line in numbered_lines(path, error, missing):
         try:
-            item = parse(json.loads(line))
-        except json.JSONDecodeError as exc:
-            skipped.append(SkippedLine(line=number, reason=f"not valid JSON ({exc.msg})"))
-            continue
+            item = parse(json_value(line.decode("utf-8")))
+            if key(item) in seen:
+                raise ValueError(duplicate.format(key=key(item)))
         except ValueError as exc:
-            skipped.append(SkippedLine(line=number, reason=str(exc)))
-            continue
-        if key(item) in seen:
-            skipped.append(SkippedLine(line=number, reason=duplicate.format(key=key(item))))
+            if not skip_bad_lines:
+                raise error(f"{path} line {number}: {problem_of(exc)}; {remedy}.") from None
+            skipped.append(SkippedLine(line=number, reason=problem_of(exc)))
             continue
         seen.add(key(item))
         items.append(item)
@@ -71,8 +114,51 @@ def read_json_lines(path: Path, error: type[Exception], missing: str, parse: Cal
             break
     if not items:
         first = f" ({skipped[0].reason} on line {skipped[0].line})" if skipped else ""
-        raise error(f"{path} has {nothing_valid}{first}.")
+        empty = "" if skipped else " (it is empty)"
+        raise error(f"{path} has {nothing_valid}{first}{empty}.")
     return items, skipped
+
+
+def read_csv_rows(path: Path, error: type[Exception],
+                  needs: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The header and the (line number, row) pairs of a CSV, every field a string; blank lines are skipped and a
+    byte-order mark ignored. Raises ``error`` in one line for a file that is missing, not UTF-8 (with the line),
+    unreadable as CSV, empty ("<path> is empty; <needs>."), with a repeated column, or with a row of more or fewer
+    fields than the header (its line number).
+
+    The csv module rather than pandas: pandas takes a first column for the index when every row has one field
+    more than the header, which shifts every value into the wrong column without a word.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path} does not exist; {needs}.") from None
+    except OSError as exc:
+        raise error(f"Cannot read {path} ({exc.strerror}).") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(f"{path} is not UTF-8 text (line {line}, byte {exc.start} cannot be read); save it as a UTF-8 "
+                    "CSV file.") from None
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        lines = [(reader.line_num, row) for row in reader]
+    except csv.Error as exc:
+        raise error(f"{path} is not a readable CSV file ({exc}); check its quoting.") from None
+    rows = [(number, row) for number, row in lines if any(field.strip() for field in row)]
+    if not rows:
+        raise error(f"{path} is empty; {needs}.")
+    (_, header), body = rows[0], rows[1:]
+    header = [name.strip() for name in header]
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise error(f"{path} names the column {repeated[0]!r} twice in its header; keep one.")
+    for number, row in body:
+        if len(row) != len(header):
+            raise error(f"{path} line {number} has {len(row)} fields but the header has {len(header)}; quote any "
+                        "field that contains a comma, or fix the row.")
+    return header, [(number, dict(zip(header, row, strict=True))) for number, row in body]
 
 
 class TextSource(Protocol):

@@ -12,7 +12,6 @@ then suggests the files (or folders) of the benchmark's data sources under ``MED
 
 from __future__ import annotations
 
-import json
 import types
 from collections.abc import Mapping, Sequence
 from enum import Enum
@@ -23,6 +22,8 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, RootModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+
+from medeval_core.files import json_value
 
 FieldKind = Literal["integer", "number", "boolean", "choice", "text", "json"]
 InputSource = Literal["file", "folder"]
@@ -187,10 +188,9 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
             return None  # not set: the default applies, or the field is reported as required
         if spec.kind == "json":
             try:
-                return json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise FormError(f"{spec.label}: not valid JSON ({exc.msg} at character {exc.pos}); "
-                                "enter a JSON value such as {} or [].") from None
+                return json_value(value)
+            except ValueError as exc:
+                raise FormError(f"{spec.label}: {exc}; enter a JSON value such as {{}} or [].") from None
     return value
 
 

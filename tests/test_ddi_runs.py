@@ -114,8 +114,11 @@ def test_failed_cases_are_counted_and_both_stages_resume(
     good = (folder / "000003.png").read_bytes()
     (folder / "000003.png").write_bytes(b"not an image at all")
     with FakeOpenAI(responder_by_colour(cases, ANSWERS)) as server:
-        report = cli_json(capsys, "run", "ddi", "--images", str(folder), "--model-backend", "openai",
-                          "--model", "m", "--base-url", server.url, "--run-id", "ddi-resume")
+        capsys.readouterr()
+        # The refused image makes the command end with status 1 (the others ran and were judged).
+        assert main(["run", "ddi", "--images", str(folder), "--model-backend", "openai", "--model", "m",
+                     "--base-url", server.url, "--run-id", "ddi-resume", "--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
         summary = report["summary"]
         assert (summary["expected"], summary["judged"], summary["failed"], summary["pending"]) == (6, 5, 1, 0)
         store = context.current_store()

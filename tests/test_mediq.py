@@ -61,14 +61,16 @@ def test_loader_reads_both_files_and_keeps_answer_mismatches(imedqa, craft):
     assert FactSelectPatient(bare[0]).answer("Do you have a fever?").text == REFUSAL
 
 
-def test_bad_rows_are_reported_with_their_line(tmp_path, imedqa):
+def test_a_bad_row_refuses_the_file_unless_skipped_and_reported_with_its_line(tmp_path, imedqa):
     good = json.loads((Path(imedqa.path)).read_text(encoding="utf-8").splitlines()[0])
     rows = [json.dumps(good), "{not json", json.dumps({**good, "id": 7, "answer_idx": "E"}),
             json.dumps({**good, "id": 8, "options": {"A": "x"}}), json.dumps({**good, "id": 9, "facts": "none"}),
             json.dumps(good), json.dumps({**good, "id": 10, "context": "One. Two", "initial_info": "Seen first"})]
     path = tmp_path / "cases.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    loaded = load_cases(path)
+    with pytest.raises(MediqFileError, match=r"cases.jsonl line 2: not valid JSON .*--skip-bad-lines"):
+        load_cases(path)
+    loaded = load_cases(path, skip_bad_lines=True)
     assert [c.case_id for c in loaded.cases] == ["3", "10"]
     assert loaded.cases[1].initial_info == "Seen first" and loaded.cases[1].context == ["One", "Two"]
     assert [(row.line, row.reason.split(" (")[0]) for row in loaded.skipped] == [

@@ -7,12 +7,12 @@ Any OpenAI-compatible endpoint works (vLLM, Ollama, a hosted API); retries and e
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from medeval_core.backends.openai_client import CallRecorder, CompletionClient
+from medeval_core.files import json_value
 from medeval_core.settings import BackendChoice
 
 Message = dict[str, str]
@@ -95,9 +95,9 @@ def json_object(text: str) -> dict[str, Any]:
     if not candidate:
         raise ValueError("the reply holds no JSON object")
     try:
-        value = json.loads(candidate)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the reply is not valid JSON ({exc.msg})") from None
+        value = json_value(candidate)
+    except ValueError as exc:
+        raise ValueError(f"the reply is {exc}") from None
     if not isinstance(value, dict):
         raise ValueError("the reply is not a JSON object")
     return value

@@ -7,12 +7,12 @@ parser for ``--help`` does not import SQLAlchemy.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, exit_status, print_json, print_summary
 from medeval_core.commands.reports import add_report_command
+from medeval_core.files import json_value
 
 if TYPE_CHECKING:
     from medeval_core.settings import Settings
@@ -191,8 +191,8 @@ def _option(text: str) -> tuple[str, object]:
     if not sep or not key:
         raise CommandError(f"--option {text!r} is not KEY=VALUE.")
     try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
+        return key, json_value(raw)
+    except ValueError:
         return key, raw
 
 

@@ -9,7 +9,6 @@ HTTP error: strict validation is what keeps a malformed answer from becoming a s
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from medeval_core.benchmark import messages_sha256
+from medeval_core.files import json_value
 from medeval_core.judges.ddi import (
     AttemptCallback,
     CallCallback,
@@ -48,9 +48,9 @@ def parse_verdict(content: str | None) -> DdiVerdict:
     if content is None:
         raise InvalidVerdictError("the response has no message content")
     try:
-        data = json.loads(content)
-    except json.JSONDecodeError as exc:
-        raise InvalidVerdictError(f"the response is not valid JSON ({exc.msg} at character {exc.pos})") from None
+        data = json_value(content)
+    except ValueError as exc:
+        raise InvalidVerdictError(f"the response is {exc}") from None
     if not isinstance(data, dict):
         raise InvalidVerdictError(f"the response is JSON but a {type(data).__name__}, not an object")
     missing, extra = VERDICT_KEYS - data.keys(), data.keys() - VERDICT_KEYS

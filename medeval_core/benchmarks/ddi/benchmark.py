@@ -21,7 +21,9 @@ always holds. ``resume RUN_ID`` continues any of these runs.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,13 +43,15 @@ from medeval_core.benchmark import (
     Solver,
 )
 from medeval_core.benchmarks.ddi.cases import DDI_METADATA, SKIN_TONES, CaseSourceError, DdiCase, load_cases
-from medeval_core.benchmarks.ddi.images import load_image_file
+from medeval_core.benchmarks.ddi.images import describe_refusals, load_image_file, refused_images
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 JUDGE_SCORER = "ddi-judge"
 LABEL_SCORER = "exact-label"
@@ -211,6 +215,11 @@ class _GenerateSolver:
         self.params = params
         self.batcher = ChunkBatcher.over(cases, todo, params.generation.batch_size, self._produce)
         self._batch_of = {case.case_id: index // params.generation.batch_size for index, case in enumerate(cases)}
+        self.refused = refused_images([(case.case_id, Path(case.image_path)) for case in todo])
+        if self.refused:
+            # Python's last-resort handler puts this on stderr for the command line; the run's summary says it too.
+            logger.warning("%s; their cases fail with the reason and the others run.",
+                           describe_refusals(Counter(exc.kind for exc in self.refused.values()), len(todo)))
 
     def claim_group(self, case_id: str) -> int | None:
         """The fixed batch a case is generated in: workers sharing the run claim whole batches."""
@@ -220,6 +229,9 @@ class _GenerateSolver:
         shares = {case.case_id: Generated() for case in chunk}
         valid = []
         for case in chunk:
+            if case.case_id in self.refused:
+                shares[case.case_id].error = self.refused[case.case_id]
+                continue
             try:
                 valid.append((case, load_image_file(Path(case.image_path))))
             except Exception as exc:  # noqa: BLE001 - a bad image fails its own case, not the batch

@@ -10,13 +10,13 @@ is refused, so a shared CSV cannot make medeval open files elsewhere on the mach
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from medeval_core.benchmark import BenchmarkError
+from medeval_core.files import read_csv_rows
 from medeval_core.records import Case
 
 DDI_METADATA = "ddi_metadata.csv"
@@ -95,36 +95,8 @@ def _skin_tone(value: str, row: int) -> int | None:
 
 
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    """The header and the (line number, row) pairs of a CSV, every field a string; blank lines are skipped.
-
-    The csv module rather than pandas: pandas takes a first column for the index when every row has one field
-    more than the header, which shifts every value into the wrong column without a word.
-    """
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle)
-            lines = [(reader.line_num, row) for row in reader]
-    except UnicodeDecodeError as exc:
-        raise CaseSourceError(f"{path} is not UTF-8 text (byte {exc.start} cannot be read); save it as a UTF-8 "
-                              "CSV file.") from None
-    except csv.Error as exc:
-        raise CaseSourceError(f"{path} is not a readable CSV file ({exc}); check its quoting.") from None
-    rows = [(number, row) for number, row in lines if any(field.strip() for field in row)]
-    if not rows:
-        raise CaseSourceError(f"{path} is empty; it needs a header row (e.g. DDI_file,disease) and one row per "
-                              "image.")
-    (_, header), body = rows[0], rows[1:]
-    header = [name.strip() for name in header]
-    repeated = sorted({name for name in header if header.count(name) > 1})
-    if repeated:
-        raise CaseSourceError(f"{path} names the column {repeated[0]!r} twice in its header; keep one.")
-    for number, row in body:
-        if len(row) != len(header):
-            raise CaseSourceError(
-                f"{path} line {number} has {len(row)} fields but the header has {len(header)}; quote any field "
-                "that contains a comma, or fix the row."
-            )
-    return header, [(number, dict(zip(header, row, strict=True))) for number, row in body]
+    """The header and the (line number, row) pairs of a case CSV, every field a string."""
+    return read_csv_rows(path, CaseSourceError, "it needs a header row (e.g. DDI_file,disease) and one row per image")
 
 
 def confined_image(images_dir: Path, file_name: str, csv_path: Path, number: int) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,27 @@ class DdiCli(BenchmarkCli):
         if judge is None:
             print(f"The judge did not start; continue with `python -m medeval_core resume {report.run_id}` and run "
                   "this command again with the same --run-id.")
+
+    def command_status(self, report: RunReport, summary: RunSummary) -> int:
+        """1 when the model stage refused any image (its cases failed; the others ran and were judged)."""
+        from medeval_core import service
+        from medeval_core.benchmarks.ddi.images import describe_refusals
+        from medeval_core.context import current_settings, current_store
+
+        status = super().command_status(report, summary)
+        model, _ = self._pairs.get(report.run_id, (None, report))
+        store = current_store()
+        model_summary = summary if model is None or model.run_id == report.run_id else (
+            service.stored_summary(store, model.run_id) or service.summarize_run(store, model.run_id,
+                                                                                 current_settings()))
+        refused = model_summary.extras.get("images_refused") or {}
+        if not refused:
+            return status
+        expected = int(model_summary.extras.get("expected") or model_summary.counts.expected)
+        print(f"error: {describe_refusals(Counter(refused), expected)}; their cases failed with the reason "
+              f"(`python -m medeval_core runs show {(model or report).run_id}` lists them): fix or remove those "
+              "files and resume the run.", file=sys.stderr)
+        return max(status, 1)
 
     def _judge_choice(self, args: argparse.Namespace) -> dict[str, Any]:
         if args.concurrency is not None and args.concurrency < 1:

@@ -13,6 +13,7 @@ from typing import Any
 
 from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
 from medeval_core.benchmarks.ddi.cases import SKIN_TONES, DdiCase
+from medeval_core.benchmarks.ddi.images import describe_refusals, refusal_counts
 from medeval_core.benchmarks.ddi.params import DdiParams
 from medeval_core.benchmarks.ddi.tasks import NO_LABEL, canonical_label
 from medeval_core.judges.ddi import accuracy_summary
@@ -82,13 +83,17 @@ def summarize_run(params: DdiParams, cases: Sequence[DdiCase], results: Sequence
     counts = RunCounts.of(len(cases) * repetitions, results)
     if not is_scored(results):
         backend = next((r.output.get("backend") for r in results if r.ok and r.output.get("backend")), None)
+        refused = refusal_counts(r.error for r in results)
+        notes = [f"{describe_refusals(refused, len(cases))}: their cases failed with the reason; fix or remove those "
+                 "files and resume the run."] if refused else []
         return RunSummary(
             benchmark="ddi", title=f"{TITLE} ({params.mode}): responses", counts=counts,
             headline=[Metric(name="responses", value=float(counts.done), n=counts.expected,
                              denominator="expected cases", unit="count")],
             extras={"stage": params.root.stage, "mode": params.mode, "expected": counts.expected,
                     "responses": counts.done, "failed": counts.failed, "pending": counts.pending,
-                    "backend": backend},
+                    "backend": backend, "images_refused": dict(refused)},
+            notes=notes,
         )
     provenance = next((_provenance(r) for r in results if r.ok), {})
     scorer = ({"judge": provenance["judge"], "judge_model": provenance.get("judge_model")} if "judge" in provenance

@@ -128,9 +128,13 @@ def kb_at(folder: str | Path) -> KnowledgeBase:
         raise BenchmarkError(str(exc)) from None
 
 
-def patients_at(path: str | Path, kb: KnowledgeBase) -> PatientSet:
+def patients_at(path: str | Path, kb: KnowledgeBase, skip_bad_lines: bool = True) -> PatientSet:
+    """The patients of ``path`` (read once per file state); a bad row refuses the file unless ``skip_bad_lines``."""
     try:
-        return _patient_sets.get((_state(path), id(kb)), lambda: load_patients(path, kb))
+        patients = _patient_sets.get((_state(path), id(kb)), lambda: load_patients(path, kb))
+        if not skip_bad_lines:
+            patients.report.refuse_skipped(path)
+        return patients
     except PatientFileError as exc:
         raise BenchmarkError(str(exc)) from None
 
@@ -285,7 +289,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     def patient_set(self, params: DDXPlusParams) -> PatientSet:
         """The planned patients (the file's usable rows; those of ``case_ids`` in their order; the first ``limit``
         of them)."""
-        patients = patients_at(params.patients, kb_at(params.kb))
+        patients = patients_at(params.patients, kb_at(params.kb), params.skip_bad_lines)
         if not len(patients):
             raise BenchmarkError(f"{params.patients} has no usable patient rows: {patients.report.summary()}")
         if params.case_ids is not None:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 
 class DDXPlusCli(BenchmarkCli):
+    reads_line_files = True
+
     def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.description = (
             "Each patient is questioned by the agent (30 questions at most) and scored; the metrics print beside "
@@ -96,6 +98,8 @@ class DDXPlusCli(BenchmarkCli):
         score.add_argument("--kb", type=Path, help="folder with release_evidences.json and release_conditions.json "
                                                     "(default: MEDEVAL_DATA_DIR/ddxplus)")
         score.add_argument("--json", action="store_true", help="print only the seven metrics as a JSON object")
+        score.add_argument("--skip-bad-lines", action="store_true",
+                           help="score the good patient rows and warn about the bad ones instead of refusing the file")
         score.set_defaults(handler=_score)
 
 
@@ -115,6 +119,8 @@ def load_inputs(args: argparse.Namespace) -> tuple[KnowledgeBase, PatientSet]:
     try:
         kb = load_kb(_kb_dir(args))
         patients = load_patients(args.patients, kb)
+        if not args.skip_bad_lines:
+            patients.report.refuse_skipped(args.patients)
     except (KnowledgeBaseError, PatientFileError) as exc:
         raise CommandError(str(exc)) from None
     if patients.report.n_skipped:

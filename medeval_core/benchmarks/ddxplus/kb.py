@@ -13,7 +13,6 @@ which item is a root's default value, and each pathology's KB roots.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy import sparse
+
+from medeval_core.files import read_json
 
 EVIDENCES_FILE = "release_evidences.json"
 CONDITIONS_FILE = "release_conditions.json"
@@ -273,15 +274,11 @@ def _fold(text: str) -> str:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KnowledgeBaseError(
-            f"{path} is missing; point --kb (or MEDEVAL_DATA_DIR/ddxplus) at a folder holding the DDXPlus release "
-            f"files {EVIDENCES_FILE} and {CONDITIONS_FILE}, or run `python -m medeval_core data fetch ddxplus`."
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise KnowledgeBaseError(f"{path} is not valid JSON ({exc}); download the release file again.") from None
+    return read_json(
+        path, KnowledgeBaseError,
+        missing=f"is missing; point --kb (or MEDEVAL_DATA_DIR/ddxplus) at a folder holding the DDXPlus release "
+                f"files {EVIDENCES_FILE} and {CONDITIONS_FILE}, or run `python -m medeval_core data fetch ddxplus`.",
+        invalid="is not valid JSON; download the release file again")
 
 
 def _value_str(value: Any) -> str | None:

@@ -6,12 +6,12 @@ from typing import Any
 
 from pydantic import Field
 
-from medeval_core.benchmark import RunParams
+from medeval_core.benchmark import LineFileParams
 
 BUILT_IN_AGENTS = ("kb-bayes", "llm")
 
 
-class DDXPlusParams(RunParams):
+class DDXPlusParams(LineFileParams):
     # ``input`` tells the launch form (medeval_core/forms.py) to offer the data folder's files or folders.
     patients: str = Field(description="DDXPlus patients CSV or release zip to question (absolute path)",
                           json_schema_extra={"input": "file"})

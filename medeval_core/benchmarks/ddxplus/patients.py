@@ -49,7 +49,7 @@ from scipy import sparse
 
 from medeval_core.benchmarks.ddxplus import kb as kb_module
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
-from medeval_core.files import replaced_in_one_step, sha256_of, text_blocks
+from medeval_core.files import SKIP_REMEDY, replaced_in_one_step, sha256_of, text_blocks
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.ddxplus import Entries, GroundTruth
 from medeval_core.records import Case, CaseList
@@ -191,6 +191,14 @@ class LoadReport:
     @property
     def n_skipped(self) -> int:
         return sum(self.skipped.values())
+
+    def refuse_skipped(self, path: Path | str) -> None:
+        """Raise PatientFileError naming the first skipped row's line (a DDXPlus row is one line, after the
+        header) and why, when any row was skipped: a bad row refuses the file unless the run asked to skip it."""
+        if self.first_skipped:
+            row, detail = self.first_skipped[0]
+            more = f" ({self.n_skipped - 1} more bad rows after it)" if self.n_skipped > 1 else ""
+            raise PatientFileError(f"{path} line {row + 2}: {detail}{more}; {SKIP_REMEDY}.")
 
     def summary(self) -> str:
         head = f"{self.source}: loaded {self.loaded} of {self.total_rows} patients"

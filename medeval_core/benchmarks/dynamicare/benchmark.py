@@ -99,7 +99,7 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
         try:
             if params.cases_format == "agentclinic":
                 return load_agentclinic(Path(params.cases), make_mapper("exact"), limit=params.limit)
-            return load_records(params.cases, limit=params.limit)
+            return load_records(params.cases, limit=params.limit, skip_bad_lines=params.skip_bad_lines)
         except RecordFileError as exc:
             raise BenchmarkError(str(exc)) from None
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from medeval_core.files import SkippedLine, read_json_lines
+from medeval_core.files import SkippedLine, json_value, numbered_lines, problem_of, read_json_lines
 from medeval_core.icd9 import Icd9Mapper, category, display_code, normalise_code
 from medeval_core.records import Case
 
@@ -155,13 +155,13 @@ def parse_record(raw: Any, source: str = "") -> PatientRecord:
     return patient
 
 
-def load_records(path: str | Path, limit: int | None = None) -> RecordSet:
+def load_records(path: str | Path, limit: int | None = None, skip_bad_lines: bool = False) -> RecordSet:
     path = Path(path)
     records, skipped = read_json_lines(
         path, RecordFileError, "does not exist; give a records JSON Lines file (see `python -m medeval_core "
         "import-agentclinic --help` to make one from AgentClinic).", lambda raw: parse_record(raw, source=path.name),
         lambda patient: patient.case_id, duplicate="case_id {key} appears earlier", nothing_valid="no valid records",
-        limit=limit)
+        limit=limit, skip_bad_lines=skip_bad_lines)
     return RecordSet(path=str(path), records=records, skipped=skipped)
 
 
@@ -196,19 +196,15 @@ def agentclinic_record(raw: Any, case_id: str, mapper: Icd9Mapper) -> tuple[dict
     return line, made
 
 
-def agentclinic_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, case) of every JSON line of an AgentClinic file, for picking a case before mapping it."""
-    try:
-        rows = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordFileError(f"Cannot read {path} ({exc}); give an AgentClinic JSON Lines file.") from None
+def agentclinic_lines(path: Path) -> list[tuple[int, Any]]:
+    """(line number, case) of every JSON line of an AgentClinic file, for picking a case before mapping it; a line
+    that is not JSON refuses the file with its number."""
     found = []
-    for number, text in enumerate(rows, start=1):
-        if text.strip():
-            try:
-                found.append((number, json.loads(text)))
-            except json.JSONDecodeError:
-                continue
+    for number, text in numbered_lines(path, RecordFileError, "does not exist; give an AgentClinic JSON Lines file."):
+        try:
+            found.append((number, json_value(text.decode("utf-8"))))
+        except ValueError as exc:
+            raise RecordFileError(f"{path} line {number}: {problem_of(exc)}; fix that line.") from None
     return found
 
 
@@ -257,18 +253,9 @@ def import_agentclinic(sources: list[tuple[str, Path]], out: Path, mapper: Icd9M
     lines: list[str] = []
     report = ImportReport(written=0)
     for prefix, path in sources:
-        try:
-            rows = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecordFileError(f"Cannot read {path} ({exc}); give an AgentClinic JSON Lines file.") from None
-        for number, text in enumerate(rows, start=1):
-            if not text.strip():
-                continue
+        for number, raw in agentclinic_lines(path):
             try:
-                line, made = agentclinic_record(json.loads(text), f"{prefix}-{number}", mapper)
-            except json.JSONDecodeError as exc:
-                report.skipped.append(SkippedLine(line=number, reason=f"{path.name}: not valid JSON ({exc.msg})"))
-                continue
+                line, made = agentclinic_record(raw, f"{prefix}-{number}", mapper)
             except ValueError as exc:
                 report.skipped.append(SkippedLine(line=number, reason=f"{path.name}: {exc}"))
                 continue

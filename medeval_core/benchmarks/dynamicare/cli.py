@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 
 class DynamicareCli(BenchmarkCli):
+    reads_line_files = True
+
     def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.description = (
             "Each record: the doctor sees the chief complaint, asks the patient simulator one question at a time "
@@ -88,9 +90,11 @@ class DynamicareCli(BenchmarkCli):
             description="Checks every line of a records file against the documented shape ({case_id, "
                         "chief_complaint, record, icd9: [1-5 codes], diagnosis?}; see "
                         "medeval_core/benchmarks/dynamicare/cases.py), reports bad lines, and writes the valid "
-                        "records with their codes in dotted form. Nothing is written when no line is valid.")
+                        "records with their codes in dotted form. A bad line refuses the file unless --skip-bad-lines.")
         records.add_argument("--input", type=Path, required=True, help="your records, JSON Lines")
         records.add_argument("--out", type=Path, required=True, help="validated records to write")
+        records.add_argument("--skip-bad-lines", action="store_true",
+                             help="write the valid records and list the bad lines instead of refusing the file")
         records.set_defaults(handler=_import_records)
 
 
@@ -175,7 +179,7 @@ def _import_records(args: argparse.Namespace) -> int:
     from medeval_core.benchmarks.dynamicare.cases import RecordFileError, load_records, write_records
 
     try:
-        loaded = load_records(args.input)
+        loaded = load_records(args.input, skip_bad_lines=args.skip_bad_lines)
     except RecordFileError as exc:
         raise CommandError(str(exc)) from None
     for row in loaded.skipped:

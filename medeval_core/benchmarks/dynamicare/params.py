@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from medeval_core.benchmark import RunParams
+from medeval_core.benchmark import LineFileParams
 from medeval_core.benchmarks.dynamicare.doctors import MAX_ROUNDS
 from medeval_core.benchmarks.dynamicare.interaction import DEFAULT_MAX_QUESTIONS
 from medeval_core.benchmarks.dynamicare.patients import DEFAULT_MAX_FIELDS, DEFAULT_THRESHOLD
 
 
-class DynamicareParams(RunParams):
+class DynamicareParams(LineFileParams):
     cases: str = Field(description="records JSON Lines (absolute path)")
     cases_format: Literal["records", "agentclinic"] = Field(
         default="records", description="records, or an AgentClinic file read directly (diagnoses mapped at load)")

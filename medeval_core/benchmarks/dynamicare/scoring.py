@@ -9,7 +9,6 @@ through the ICD-9 mapper; a name that maps to nothing keeps its rank and matches
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
+from medeval_core.files import json_value, numbered_lines, problem_of
 from medeval_core.icd9 import Icd9Mapper, category, normalise_code
 from medeval_core.metrics.hitk import KS, case_metrics
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
@@ -39,18 +39,12 @@ class HitKReport(BaseModel):
 
 
 def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScoreFileError(f"Cannot read the {what} file {path} ({exc}); give a JSON Lines file.") from None
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in numbered_lines(path, ScoreFileError, f"does not exist; give the {what} JSON Lines file."):
         try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ScoreFileError(f"{path} line {number} is not valid JSON ({exc.msg}).") from None
+            raw = json_value(line.decode("utf-8"))
+        except ValueError as exc:
+            raise ScoreFileError(f"{path} line {number}: {problem_of(exc)}; fix that line.") from None
         if not isinstance(raw, dict) or not isinstance(raw.get("case_id"), str | int) \
                 or isinstance(raw.get("case_id"), bool):
             raise ScoreFileError(f'{path} line {number} needs a "case_id".')

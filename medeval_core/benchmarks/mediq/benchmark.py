@@ -110,7 +110,7 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
 
     def _load(self, params: MediqParams) -> Any:
         try:
-            return load_cases(params.cases, limit=params.limit)
+            return load_cases(params.cases, limit=params.limit, skip_bad_lines=params.skip_bad_lines)
         except MediqFileError as exc:
             raise BenchmarkError(str(exc)) from None
 

@@ -110,11 +110,13 @@ def parse_row(row: object) -> MediqCase:
                      answer_idx=answer_idx, answer=answer, facts=[strip_number(fact) for fact in facts])
 
 
-def load_cases(path: str | Path, limit: int | None = None) -> MediqCases:
-    """Every valid row of a MEDIQ JSON Lines file (first ``limit`` valid rows); bad rows are reported by line."""
+def load_cases(path: str | Path, limit: int | None = None, skip_bad_lines: bool = False) -> MediqCases:
+    """The rows of a MEDIQ JSON Lines file (first ``limit``); a bad row refuses the file, or with
+    ``skip_bad_lines`` is left out and reported by line."""
     path = Path(path)
     cases, skipped = read_json_lines(
         path, MediqFileError, "does not exist; give a MEDIQ JSON Lines file (e.g. "
         "MEDEVAL_DATA_DIR/mediq/imedqa_sample200.jsonl).", parse_row, lambda case: case.case_id,
-        duplicate="id {key} appears earlier in the file", nothing_valid="no valid MEDIQ rows", limit=limit)
+        duplicate="id {key} appears earlier in the file", nothing_valid="no valid MEDIQ rows", limit=limit,
+        skip_bad_lines=skip_bad_lines)
     return MediqCases(path=str(path), cases=cases, skipped=skipped)

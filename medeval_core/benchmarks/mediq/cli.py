@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 
 class MediqCli(BenchmarkCli):
+    reads_line_files = True
+
     def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.description = (
             "Each case: the expert sees the initial information, the question and the options, asks the patient "

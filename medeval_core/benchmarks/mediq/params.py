@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from medeval_core.benchmark import RunParams
+from medeval_core.benchmark import LineFileParams
 from medeval_core.benchmarks.mediq.experts import DEFAULT_SCALE_THRESHOLD, Abstention
 from medeval_core.benchmarks.mediq.interaction import DEFAULT_MAX_QUESTIONS
 from medeval_core.benchmarks.mediq.patients import DEFAULT_MAX_FACTS, DEFAULT_THRESHOLD
 
 
-class MediqParams(RunParams):
+class MediqParams(LineFileParams):
     cases: str = Field(description="MEDIQ JSON Lines file (absolute path)")
     expert: Literal["llm", "replay", "person"] = Field(description="llm, replay of --actions, or the person at "
                                                                    "the walkthrough page")

@@ -15,7 +15,6 @@ choice is the expert's answer before any question (tests/data/upstream/mediq/ ho
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.mediq.cases import OPTION_LETTERS
+from medeval_core.files import read_json_lines
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 
 
@@ -112,31 +112,13 @@ def score_result_file(path: str | Path, answers: Mapping[str, str] | None = None
                       max_questions: int = 10) -> list[CaseScore]:
     """Per-case scores of a MediQ result file; ``answers`` (case id -> answer_idx, from a cases file) replaces
     the file's own ``correct_answer_idx``. A case listed twice is refused (appending runs repeat ids)."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultFileError(f"Cannot read the results file {path} ({exc}); give MediQ's output JSON Lines.") \
-            from None
-    scores: list[CaseScore] = []
-    seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            if not isinstance(raw, dict):
-                raise ValueError("the line is not a JSON object")
-            score = _result_score(raw, answers, max_questions)
-        except json.JSONDecodeError as exc:
-            raise ResultFileError(f"{path} line {number} is not valid JSON ({exc.msg}).") from None
-        except ValueError as exc:
-            raise ResultFileError(f"{path} line {number}: {exc}.") from None
-        if score.case_id in seen:
-            raise ResultFileError(f"{path} line {number}: case {score.case_id} is scored on an earlier line; "
-                                  "keep one result per case.")
-        seen.add(score.case_id)
-        scores.append(score)
-    if not scores:
-        raise ResultFileError(f"{path} has no result lines.")
+    def parse(raw: object) -> CaseScore:
+        if not isinstance(raw, dict):
+            raise ValueError("the line is not a JSON object")
+        return _result_score(raw, answers, max_questions)
+
+    scores, _ = read_json_lines(
+        Path(path), ResultFileError, "does not exist; give MediQ's output JSON Lines.", parse,
+        lambda score: score.case_id, duplicate="case {key} is scored on an earlier line; keep one result per case",
+        nothing_valid="no result lines", remedy="fix that line")
     return scores

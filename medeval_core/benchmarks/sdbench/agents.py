@@ -13,15 +13,15 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from medeval_core.benchmarks.sdbench.gatekeeper import Action, Diagnosis, Questions, Reply, Tests
+from medeval_core.files import read_json_lines
 
 PERSON = "person"
 _TAG = re.compile(r"<(question|test|diagnosis)>(.*?)</\1>", re.I | re.S)
@@ -119,29 +119,11 @@ class ActionsFileError(ValueError):
 
 def load_actions(path: str | Path) -> dict[str, list[ReplayAction]]:
     """Case id -> actions of a replay file; the first bad line fails the load with its number and field."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ActionsFileError(f"Cannot read the actions file {path} ({exc}); give a JSON Lines file.") from None
-    found: dict[str, list[ReplayAction]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = ReplayLine.model_validate(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ActionsFileError(f"{path}, line {number}: not valid JSON ({exc.msg}).") from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "line"
-            raise ActionsFileError(f"{path}, line {number}: field {where!r}: {first['msg']}.") from None
-        if row.case_id in found:
-            raise ActionsFileError(f"{path}, line {number}: field 'case_id': {row.case_id!r} appears twice.")
-        found[row.case_id] = row.actions
-    if not found:
-        raise ActionsFileError(f"{path} holds no actions; give one JSON line per case.")
-    return found
+    rows, _ = read_json_lines(
+        Path(path), ActionsFileError, "does not exist; give the replay actions JSON Lines file.",
+        ReplayLine.model_validate, lambda row: row.case_id, duplicate="field 'case_id': {key!r} appears twice",
+        nothing_valid="no actions (give one JSON line per case)", remedy="fix that line")
+    return {row.case_id: row.actions for row in rows}
 
 
 def group_actions(actions: Sequence[ReplayAction]) -> list[Action]:

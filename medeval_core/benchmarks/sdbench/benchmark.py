@@ -11,6 +11,7 @@ figures only: no diagnosis and no finding of any case.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,12 +21,12 @@ from medeval_core.benchmark import (
     Benchmark,
     BenchmarkError,
     CaseContext,
+    LineFileParams,
     Metric,
     MetricGroup,
     MetricRole,
     ReferenceRow,
     RunCounts,
-    RunParams,
     RunSummary,
     Score,
     Scorer,
@@ -93,7 +94,7 @@ REFERENCE_ROWS = {
 }
 
 
-class SDBenchParams(RunParams):
+class SDBenchParams(LineFileParams):
     cases: str = Field(description="SDBench case file, or an AgentClinic file converted on load (absolute path)")
     agent: Literal["llm", "replay", "person"] = Field(description="llm (the tag baseline) or replay (--actions)")
     actions: str | None = Field(default=None, description="JSON Lines of actions to replay (--agent replay)")
@@ -186,7 +187,7 @@ class Resources:
         self.params = params
         self.settings = settings
         try:
-            self.all_cases = load_any(params.cases)
+            self.all_cases = load_any(params.cases, params.skip_bad_lines).cases
             self.catalog = load_catalog(settings.prompts_dir)
             self.prices = load_prices(params.prices)
             self.actions = load_actions(params.actions) if params.actions else None
@@ -468,6 +469,11 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
         if counts.failed:
             notes.append(f"{counts.failed} case(s) errored and are kept out of accuracy and cost; resume the run to "
                          "retry them.")
+        if params.skip_bad_lines:
+            with suppress(CaseFileError):
+                skipped = load_any(params.cases, skip_bad_lines=True)
+                if skipped.skipped:
+                    notes.append(f"{Path(params.cases).name}: {skipped.summary()}.")
         reps = {r.repetition for r in results}
         extras = {"agent": params.agent, "gatekeeper": params.gatekeeper, "judge": params.judge,
                   "interpretation": params.interpretation, "withheld_clauses": withheld,

@@ -20,13 +20,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from medeval_core.files import SkippedLine, replaced_in_one_step
+from medeval_core.files import (
+    SKIP_REMEDY,
+    SkippedLine,
+    json_value,
+    numbered_lines,
+    problem_of,
+    read_json_lines,
+    replaced_in_one_step,
+)
 from medeval_core.records import Case
 
 SPLITS_DEFAULT = "test"
@@ -100,94 +108,52 @@ class ReadReport(BaseModel):
         return f"{kept}, {len(self.skipped)} rows skipped (lines {lines}{more})"
 
 
-def _problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "row"
-    return f"field {where!r}: {first['msg']}"
+_MISSING = "does not exist; give the path of a JSON Lines case file."
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, Any | None, str | None]]:
-    """(line number, parsed object or None, problem or None) for every non-blank line."""
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise CaseFileError(f"Cannot read {path}: {exc.strerror}; give the path of a JSON Lines file.") from None
-    with handle:
-        try:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield number, json.loads(line), None
-                except json.JSONDecodeError as exc:
-                    yield number, None, f"not valid JSON ({exc.msg})"
-        except UnicodeDecodeError:
-            raise CaseFileError(f"{path} is not UTF-8 text; give a JSON Lines file.") from None
-
-
-def _parse_row(value: Any) -> tuple[SDBenchCase | None, str | None]:
+def _case_of_row(value: Any) -> SDBenchCase:
     if not isinstance(value, dict):
-        return None, "not a JSON object"
-    try:
-        return SDBenchCase.from_row(CaseRow.model_validate(value)), None
-    except ValidationError as exc:
-        return None, _problem(exc)
+        raise ValueError("not a JSON object")
+    return SDBenchCase.from_row(CaseRow.model_validate(value))
+
+
+def read_case_rows(path: str | Path, skip_bad_lines: bool = False) -> ReadReport:
+    """The cases of a case file; a bad or repeated row refuses the file with its line number and field, or with
+    ``skip_bad_lines`` is left out and listed."""
+    cases, skipped = read_json_lines(
+        Path(path), CaseFileError, _MISSING, _case_of_row, lambda case: case.case_id,
+        duplicate="field 'id': {key!r} appears on an earlier line; give each case its own id",
+        nothing_valid="no cases", skip_bad_lines=skip_bad_lines)
+    return ReadReport(cases=cases, skipped=skipped)
 
 
 def load_cases(path: str | Path) -> list[SDBenchCase]:
     """Every case of a case file; the first bad line fails the load with its line number and field."""
-    path = Path(path)
-    cases: list[SDBenchCase] = []
-    seen: set[str] = set()
-    for number, value, problem in _json_lines(path):
-        case, problem = _parse_row(value) if problem is None else (None, problem)
-        if case is None:
-            raise CaseFileError(f"{path}, line {number}: {problem}; fix the line or import the file with "
-                                "`python -m medeval_core cases import jsonl`, which skips bad rows.")
-        if case.case_id in seen:
-            raise CaseFileError(f"{path}, line {number}: field 'id': {case.case_id!r} appears twice; give each "
-                                "case its own id.")
-        seen.add(case.case_id)
-        cases.append(case)
-    if not cases:
-        raise CaseFileError(f"{path} holds no cases; import some with `python -m medeval_core cases import`.")
-    return cases
+    return read_case_rows(path).cases
 
 
 def is_agentclinic_file(path: str | Path) -> bool:
     """Whether the file's first row is an AgentClinic row (``OSCE_Examination``) rather than an SDBench case."""
-    for _, value, _ in _json_lines(Path(path)):
+    for _, line in numbered_lines(Path(path), CaseFileError, _MISSING):
+        try:
+            value = json_value(line.decode("utf-8"))
+        except ValueError:
+            return False
         return isinstance(value, dict) and "OSCE_Examination" in value
     return False
 
 
-def load_any(path: str | Path) -> list[SDBenchCase]:
-    """An SDBench case file, or an AgentClinic file converted on the fly (its bad rows make the load fail, as an
-    SDBench file's do: import it with ``cases import agentclinic`` to skip them)."""
+def load_any(path: str | Path, skip_bad_lines: bool = False) -> ReadReport:
+    """An SDBench case file, or an AgentClinic file converted on the fly; a bad row refuses the file with its line
+    number, or with ``skip_bad_lines`` is left out and listed."""
     if not is_agentclinic_file(path):
-        return load_cases(path)
+        return read_case_rows(path, skip_bad_lines)
     report = import_agentclinic(path)
-    if report.skipped:
+    if report.skipped and not skip_bad_lines:
         first = report.skipped[0]
-        raise CaseFileError(f"{path}, line {first.line}: {first.reason}; import the file with `python -m "
-                            "medeval_core cases import agentclinic`, which skips bad rows.")
-    return report.cases
-
-
-def read_case_rows(path: str | Path) -> ReadReport:
-    """The valid cases of a user's case file; bad or repeated rows are skipped with their line numbers."""
-    report = ReadReport(cases=[])
-    seen: set[str] = set()
-    for number, value, problem in _json_lines(Path(path)):
-        case, problem = _parse_row(value) if problem is None else (None, problem)
-        if case is not None and case.case_id in seen:
-            problem = f"field 'id': {case.case_id!r} appears on an earlier line"
-            case = None
-        if case is None:
-            report.skipped.append(SkippedLine(line=number, reason=problem or "invalid"))
-            continue
-        seen.add(case.case_id)
-        report.cases.append(case)
+        raise CaseFileError(f"{path} line {first.line}: {first.reason}; {SKIP_REMEDY}.")
+    if not report.cases:
+        raise CaseFileError(f"{path} has no usable AgentClinic case ({report.summary()}).")
     return report
 
 
@@ -359,18 +325,14 @@ def import_agentclinic(path: str | Path, split: str = SPLITS_DEFAULT) -> ReadRep
     """Every usable row of an AgentClinic MedQA / MedQA-extended file; bad rows are skipped with their lines."""
     path = Path(path)
     report = ReadReport(cases=[])
-    for number, value, problem in _json_lines(path):
-        if problem is None:
+    for number, line in numbered_lines(path, CaseFileError, _MISSING):
+        try:
+            value = json_value(line.decode("utf-8"))
             if not isinstance(value, Mapping):
-                problem = "not a JSON object"
-            else:
-                try:
-                    report.cases.append(from_agentclinic(value, number, f"{SOURCE_AGENTCLINIC}: {path.name}",
-                                                         split))
-                    continue
-                except (ValueError, ValidationError) as exc:
-                    problem = _problem(exc) if isinstance(exc, ValidationError) else str(exc)
-        report.skipped.append(SkippedLine(line=number, reason=problem))
+                raise ValueError("not a JSON object")
+            report.cases.append(from_agentclinic(value, number, f"{SOURCE_AGENTCLINIC}: {path.name}", split))
+        except ValueError as exc:
+            report.skipped.append(SkippedLine(line=number, reason=problem_of(exc)))
     return report
 
 

@@ -4,12 +4,12 @@ benchmark's modules are imported inside the handlers, so ``python -m medeval_cor
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json
+from medeval_core.files import json_value
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
 def _json_object(text: str, flag: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{flag} must be a JSON object, e.g. '{{\"temperature\": 0.2}}' ({exc.msg}).") from None
+        value = json_value(text)
+    except ValueError as exc:
+        raise CommandError(f"{flag} must be a JSON object, e.g. '{{\"temperature\": 0.2}}' ({exc}).") from None
     if not isinstance(value, dict):
         raise CommandError(f"{flag} must be a JSON object, e.g. '{{\"temperature\": 0.2}}'.")
     return value
@@ -36,6 +36,8 @@ def _existing(path: Path | None, what: str) -> str | None:
 
 
 class SDBenchCli(BenchmarkCli):
+    reads_line_files = True
+
     def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.description = (
             "Each case is played by the agent against the gatekeeper until it commits a diagnosis, which the judge "
@@ -100,8 +102,10 @@ def register(groups: CommandGroups) -> None:
         dest="cases_command", required=True, metavar="ACTION")
     importer = cases.add_parser(
         "import", help="write an SDBench case file (JSON Lines) from AgentClinic rows or your own cases",
-        description="Bad rows are skipped and counted with their line numbers; the output is written only when "
-                    "the import is complete (never half-written).")
+        description="AgentClinic rows that cannot be converted are skipped and counted with their line numbers; "
+                    "a bad line of a jsonl file refuses the file (one line naming the line and what is wrong) "
+                    "unless --skip-bad-lines. The output is written only when the import is complete (never "
+                    "half-written).")
     importer.add_argument("format", choices=("agentclinic", "jsonl"),
                           help="agentclinic: AgentClinic MedQA / MedQA-extended rows; jsonl: cases already in the "
                                "SDBench format (checked line by line)")
@@ -109,6 +113,8 @@ def register(groups: CommandGroups) -> None:
     importer.add_argument("--out", type=Path, required=True, help="the case file to write")
     importer.add_argument("--split", default="test", help="split of the imported AgentClinic cases")
     importer.add_argument("--json", action="store_true", help="print the import report as JSON")
+    importer.add_argument("--skip-bad-lines", action="store_true",
+                          help="jsonl: write the good lines and list the bad ones instead of refusing the file")
     importer.set_defaults(handler=_import)
 
     recost = groups.top.add_parser(
@@ -131,7 +137,7 @@ def _import(args: argparse.Namespace) -> int:
         raise CommandError("--out is the input file; write the cases to another file.")
     try:
         report = import_agentclinic(args.file, args.split) if args.format == "agentclinic" else \
-            read_case_rows(args.file)
+            read_case_rows(args.file, args.skip_bad_lines)
     except CaseFileError as exc:
         raise CommandError(str(exc)) from None
     if not report.cases:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import re
 import statistics
@@ -24,6 +23,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from medeval_core.benchmarks.sdbench.catalog import Kind, TestCatalog, guess_kind
+from medeval_core.files import read_csv_rows, sha256_of
 
 VISIT_PRICE = 300.0
 COSTING_VERSION = "sdbench-costing-v1"
@@ -61,13 +61,7 @@ def _column(header: Sequence[str], choices: Sequence[str]) -> str | None:
 
 @cache
 def _load_prices(path: str, mtime_ns: int, size: int) -> PriceTable:
-    raw = Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise PriceTableError(f"{path} is not UTF-8 text; give a CSV file of code and price.") from None
-    reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
+    header, rows = read_csv_rows(Path(path), PriceTableError, "give a CSV file of code and price")
     code_column, price_column = _column(header, CODE_COLUMNS), _column(header, PRICE_COLUMNS)
     if code_column is None or price_column is None:
         raise PriceTableError(f"{path} needs a code column ({', '.join(CODE_COLUMNS)}) and a price column "
@@ -75,7 +69,7 @@ def _load_prices(path: str, mtime_ns: int, size: int) -> PriceTable:
     kind_column = _column(header, ("kind", "category", "type"))
     prices: dict[str, float] = {}
     kinds: dict[str, str] = {}
-    for number, row in enumerate(reader, start=2):
+    for number, row in rows:
         code = (row.get(code_column) or "").strip().upper()
         value = re.sub(r"[$,\s]", "", row.get(price_column) or "")
         if not code or not value:
@@ -90,7 +84,7 @@ def _load_prices(path: str, mtime_ns: int, size: int) -> PriceTable:
             kinds[code] = str(row[kind_column]).strip().lower()
     if not prices:
         raise PriceTableError(f"{path} holds no priced codes; give a CSV with one code and price per line.")
-    return PriceTable(path=path, sha256=hashlib.sha256(raw).hexdigest(), prices=prices, kinds=kinds)
+    return PriceTable(path=path, sha256=sha256_of(path)[0], prices=prices, kinds=kinds)
 
 
 def load_prices(path: str | Path) -> PriceTable:

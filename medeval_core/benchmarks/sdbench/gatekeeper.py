@@ -43,6 +43,7 @@ from medeval_core.benchmarks.sdbench.catalog import (
     plain,
 )
 from medeval_core.benchmarks.sdbench.costing import VISIT_PRICE, Pricer, TestPrice
+from medeval_core.files import json_value
 from medeval_core.interaction import EpisodeError, Step
 
 Source = Literal["REAL", "SYNTHETIC", "REFUSED"]
@@ -537,9 +538,9 @@ class LLMGatekeeper:
     def _parse(self, reply: str, requests: Sequence[str]) -> list[Answer]:
         start, end = reply.find("{"), reply.rfind("}")
         try:
-            data = json.loads(reply[start:end + 1]) if start >= 0 else None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"the reply is not valid JSON ({exc.msg})") from None
+            data = json_value(reply[start:end + 1]) if start >= 0 else None
+        except ValueError as exc:
+            raise ValueError(f"the reply is {exc}") from None
         results = data.get("results") if isinstance(data, dict) else None
         if not isinstance(results, list) or len(results) != len(requests):
             raise ValueError(f'"results" must list one object per request ({len(requests)})')

@@ -13,7 +13,6 @@ so their numbers are never mixed; a clinician's grade on the page is a third jud
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from medeval_core.files import json_value
 from medeval_core.judges.offline import Vocabulary
 from medeval_core.prompts import fill, load_json, load_prompt, prompt_path
 from medeval_core.records import Judgement
@@ -169,9 +169,9 @@ def parse_grade(reply: str) -> Grade:
     if start < 0:
         raise ValueError("the answer holds no JSON object")
     try:
-        data = json.loads(reply[start:end + 1])
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the answer is not valid JSON ({exc.msg})") from None
+        data = json_value(reply[start:end + 1])
+    except ValueError as exc:
+        raise ValueError(f"the answer is {exc}") from None
     if not isinstance(data, dict) or set(data) != {"score", "reasoning"}:
         raise ValueError('the answer must have exactly the keys "score" and "reasoning"')
     score = data["score"]
