@@ -16,7 +16,6 @@ exactly the mistake string similarity makes and an embedding of short names can 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.icd9_vocabulary import Overlap, TermSource, Vocabulary, name_words, vocabulary
+from medeval_core.icd9_vocabulary import TermSource, Vocabulary, name_words, vocabulary
 from medeval_core.settings import cache_dir
 
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
@@ -221,35 +220,20 @@ class Icd9Mapper:
         vocabulary = _vocabulary()
         without_abbreviation = _QUERY_ABBREVIATION.sub(" ", text)
         cleaned = without_abbreviation if without_abbreviation.strip() else text
-        words = name_words(vocabulary.spelled_out(cleaned))
-        overlaps = vocabulary.overlaps(words)
-        complete = bool(overlaps) and overlaps[0].complete
-        kept: dict[str, Overlap] = {}
-        if complete:
-            for overlap in itertools.takewhile(lambda o: o.complete, overlaps):
-                kept.setdefault(overlap.term.code, overlap)
-                if len(kept) == self.shortlist_size:
-                    break
-        else:
-            # Each word of the diagnosis brings its own best names, so that a common word ("bed") cannot crowd out
-            # the names of a rarer one ("bite"); the embedding then judges which is meant.
-            for word in words:
-                holding = sorted((o for o in overlaps if word in o.term.words),
-                                 key=lambda o: (o.unstated, -round(o.precision, 4)))
-                for overlap in holding[:PARTIAL_PER_WORD]:
-                    kept.setdefault(overlap.term.code, overlap)
+        kept = vocabulary.shortlist(name_words(vocabulary.spelled_out(cleaned)), self.shortlist_size,
+                                    PARTIAL_PER_WORD)
         similarities = [0.0] * len(kept)
-        if kept and not complete:
+        if kept and not kept[0].complete:
             from medeval_core.embeddings import encode
 
-            vectors = encode([text, *(overlap.term.text for overlap in kept.values())])
+            vectors = encode([text, *(overlap.term.text for overlap in kept)])
             similarities = [float(value) for value in vectors[1:] @ vectors[0]]
-        return [Candidate(code=overlap.term.code, description=_description(overlap.term.code),
+        return [Candidate(code=overlap.term.code, description=vocabulary.titles.get(overlap.term.code, ""),
                           matched=overlap.term.text, source=overlap.term.source,
                           listed_under=overlap.term.listed_under, coverage=round(overlap.coverage, 4),
                           precision=round(overlap.precision, 4), complete=overlap.complete,
                           unstated=overlap.unstated, similarity=round(similarity, 4))
-                for overlap, similarity in zip(kept.values(), similarities, strict=True)]
+                for overlap, similarity in zip(kept, similarities, strict=True)]
 
     def map(self, text: str) -> Icd9Mapping:
         cleaned = " ".join(str(text).split())
@@ -273,11 +257,6 @@ class Icd9Mapper:
 
     def map_all(self, texts: Sequence[str]) -> list[Icd9Mapping]:
         return [self.map(text) for text in texts]
-
-
-def _description(code: str) -> str:
-    entry = lookup(code)
-    return entry.description if entry else ""
 
 def _vocabulary() -> Vocabulary:
     return vocabulary(cache_dir())

