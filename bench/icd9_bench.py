@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,8 @@ print(json.dumps({"seconds": time.perf_counter() - started, "method": mapping.me
 
 def first_mapping(name: str, cache: Path, module: str = "medeval_core.icd9", path: Path = ROOT) -> dict:
     env = {**os.environ, "MEDEVAL_CACHE_DIR": str(cache), "PYTHONPATH": str(path)}
-    done = subprocess.run([sys.executable, "-c", PROBE, module, name], cwd=ROOT, env=env, capture_output=True,
+    # cwd is the tree itself: ``-c`` puts the working directory first on sys.path.
+    done = subprocess.run([sys.executable, "-c", PROBE, module, name], cwd=path, env=env, capture_output=True,
                           text=True, check=True, timeout=900)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -46,7 +48,7 @@ def first_mapping(name: str, cache: Path, module: str = "medeval_core.icd9", pat
 def baseline_package(directory: Path) -> Path:
     """A copy of medeval_core with icd9.py as it was at ``BASELINE_COMMIT``."""
     package = directory / "medeval_core"
-    subprocess.run(["cp", "-r", str(ROOT / "medeval_core"), str(package)], check=True)
+    shutil.copytree(ROOT / "medeval_core", package, ignore=shutil.ignore_patterns("__pycache__"))
     old = subprocess.run(["git", "show", f"{BASELINE_COMMIT}:medeval_core/icd9.py"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
     (package / "icd9.py").write_text(old, encoding="utf-8")

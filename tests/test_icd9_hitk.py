@@ -15,7 +15,7 @@ import pytest
 
 from medeval_core import icd9
 from medeval_core.backends.chat import OpenAIChatBackend, ReplyFormatError
-from medeval_core.benchmarks.dynamicare.scoring import score_files
+from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_methods, mapped_truth_note, score_files
 from medeval_core.metrics.hitk import case_metrics, hit_rec_at, matched
 from tests.fake_openai import FakeOpenAI, Reply
 
@@ -80,9 +80,9 @@ def test_hypertension_never_maps_to_hypotension(mapper):
     ("Congestive heart failure", "428", "exact"), ("Acute myocardial infarction", "410", "exact"),
     ("Pancreatic adenocarcinoma", "157", "exact"), ("Endometriosis", "617", "exact"),
     # ICD-10-CM names the 2015 list words otherwise, crosswalked by the GEM
-    ("Crohn's disease", "555", "crosswalk"), ("Hirschsprung disease", "751", "crosswalk"),
-    # an ICD-10-CM inclusion term
-    ("Lung cancer", "162", "synonym"), ("Hemophilia A", "286", "synonym"),
+    ("Hirschsprung disease", "751", "crosswalk"),
+    # an ICD-10-CM inclusion term: "Crohn's disease NOS" under K50.90
+    ("Crohn's disease", "555", "synonym"), ("Lung cancer", "162", "synonym"), ("Hemophilia A", "286", "synonym"),
     # an abbreviation the lists spell out in brackets: Multiple endocrine neoplasia [MEN] type I
     ("MEN1", "258", "exact"),
 ])
@@ -295,16 +295,25 @@ def test_score_hitk_prints_method_shares_and_flags_mapped_truth(tmp_path):
         {"case_id": "b", "icd9": ["486"]},
     ])
     predictions = _write(tmp_path / "p.jsonl", [
-        {"case_id": "a", "predictions": ["Chronic kidney failure", "Acute Mesenteric Ischemia"]},
+        {"case_id": "a", "predictions": ["Chronic kidney failure", "Hirschsprung disease"]},
         {"case_id": "b", "predictions": ["Pneumonia"]},
     ])
     done = _cli("score", "hitk", "--predictions", str(predictions), "--truth", str(truth))
     assert done.returncode == 0, done.stderr
     assert "Predicted names mapped by: " in done.stdout
-    assert "synonym 33% (1)" in done.stdout and "embedding 33% (1)" in done.stdout and "exact 33% (1)" in done.stdout
+    assert "synonym 33% (1)" in done.stdout and "crosswalk 33% (1)" in done.stdout and "exact 33% (1)" in done.stdout
     assert "Ground truth of 1 of 2 cases is mapped from free-text diagnoses, not hand-coded (synonym 100% (1))." \
         in done.stdout
     figures = json.loads(_cli("score", "hitk", "--predictions", str(predictions), "--truth", str(truth),
                               "--json").stdout)
-    assert figures["name_methods"] == {"synonym": 1, "embedding": 1, "exact": 1}
+    assert figures["name_methods"] == {"synonym": 1, "crosswalk": 1, "exact": 1}
     assert figures["truth_mapped"] == {"synonym": 1} and figures["Hit@5"] == 1.0
+
+
+def test_mapped_truth_is_counted_by_method_and_given_codes_are_not():
+    methods = [["synonym"], ["given"], ["given", "embedding"], ["corrected"], []]
+    assert mapped_truth_methods(methods) == {"synonym": 1, "embedding": 1}
+    assert mapped_truth_note({"synonym": 1, "embedding": 1}, 5) == (
+        "Ground truth of 2 of 5 cases is mapped from free-text diagnoses, not hand-coded (synonym 50% (1), "
+        "embedding 50% (1)).")
+    assert mapped_truth_note({}, 5) == ""
