@@ -5,13 +5,13 @@ Category rule (the seed's "first 3 digits", with the two code families it leaves
 category is its first three characters (``428.0`` -> ``428``), an E-code's its first four (``E815.0`` ->
 ``E815``), a V-code's its first three (``V45.1`` -> ``V45``).
 
-Mapping. Plain fuzzy matching of names is unreliable (it maps "hypertension" to hypotension), so a name is
-mapped in two steps: a shortlist of the descriptions nearest in meaning (sentence embeddings,
-``medeval_core.embeddings``), then a choice within it, either *exact* (offline: the shortlisted description that
-covers the name's words best, similarity breaking ties) or *llm* (a chat model picks one of the shortlisted codes).
-Before either choice, descriptions with a *near-miss* word are dropped: a word spelt almost like one of the
-name's words without sharing its stem (hyp-o-tension for hyp-er-tension, hypokalemia for hyperkalemia), which is
-exactly the mistake string similarity makes and an embedding of short names can make too.
+Mapping. Plain fuzzy matching of names is unreliable (it maps "hypertension" to hypotension, "fibroadenoma" to
+filariasis), so a name is looked up in vocabularies made for coding (``medeval_core.icd9_vocabulary``: the ICD-9
+titles, ICD-10-CM titles and inclusion terms crosswalked by the CMS GEM) on whole stemmed words weighted by rarity.
+The shortlist is the names holding every naming word of the diagnosis; when none does, the names sharing some word,
+judged by sentence-embedding similarity (``medeval_core.embeddings``). The choice within it is either the offline
+one (``choose_exact``: most precise complete match, or the nearest in meaning at or above ``EMBEDDING_FLOOR``, else
+unmapped) or *llm* (a chat model picks one of the shortlisted codes). Every mapping records how it was made.
 """
 
 from __future__ import annotations
