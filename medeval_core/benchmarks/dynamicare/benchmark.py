@@ -30,7 +30,12 @@ from medeval_core.benchmarks.dynamicare.doctors import (
 from medeval_core.benchmarks.dynamicare.interaction import DynamicareOutput, consult, verdict_of
 from medeval_core.benchmarks.dynamicare.params import DynamicareParams
 from medeval_core.benchmarks.dynamicare.patients import LLMRecordPatient, RecordRetrievalPatient
-from medeval_core.benchmarks.dynamicare.scoring import METRIC_NAMES, headline
+from medeval_core.benchmarks.dynamicare.scoring import (
+    METRIC_NAMES,
+    headline,
+    mapped_truth_methods,
+    mapped_truth_note,
+)
 from medeval_core.benchmarks.mediq.benchmark import chat_backend, role_models
 from medeval_core.benchmarks.mediq.patients import MediqPatient
 from medeval_core.icd9 import Icd9Mapper, make_mapper
@@ -152,11 +157,15 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
         unmapped = sorted({row["text"] for result in done for row in result.output["diagnoses"]
                            if row["code"] is None})
         notes = [loaded.summary()] if loaded.skipped else []
+        truth_mapped = mapped_truth_methods([code.method for code in record.icd9] for record in loaded.records)
+        if truth_mapped:
+            notes.append(mapped_truth_note(truth_mapped, len(loaded.records)))
         if unmapped:
             notes.append(f"{len(unmapped)} predicted names mapped to no ICD-9 code: {', '.join(unmapped[:10])}.")
         return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=metrics, notes=notes,
                           extras={"doctor": params.doctor, "patient": params.patient, "mapper": params.mapper,
-                                  "metrics": {m.name: m.value for m in metrics}, "unmapped": unmapped})
+                                  "metrics": {m.name: m.value for m in metrics}, "unmapped": unmapped,
+                                  "truth_mapped": truth_mapped})
 
 
 def build_params(settings: Settings, cases: str | Path, doctor: str, actions: str | Path | None = None,

@@ -25,6 +25,7 @@ those two AgentClinic sections inside ``record``, is read with them moved to ``m
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,8 @@ class ImportReport(BaseModel):
     written: int
     skipped: list[SkippedLine] = Field(default_factory=list)
     mappings: list[dict[str, Any]] = Field(default_factory=list)
+    truth_mapped: dict[str, int] = Field(default_factory=dict)
+    """Every written case's truth is mapped from its diagnosis name: how many by each method."""
 
 
 def agentclinic_record(raw: Any, case_id: str, mapper: Icd9Mapper) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -192,7 +195,8 @@ def agentclinic_record(raw: Any, case_id: str, mapper: Icd9Mapper) -> tuple[dict
             "icd9": [{"code": display_code(mapping.code), "name": mapping.description,
                       "confidence": mapping.confidence, "method": mapping.method}]}
     made = {"case_id": case_id, "diagnosis": diagnosis.strip(), "code": display_code(mapping.code),
-            "description": mapping.description, "confidence": mapping.confidence, "method": mapping.method}
+            "description": mapping.description, "confidence": mapping.confidence, "method": mapping.method,
+            "matched": mapping.matched}
     return line, made
 
 
@@ -265,6 +269,7 @@ def import_agentclinic(sources: list[tuple[str, Path]], out: Path, mapper: Icd9M
         raise RecordFileError("No AgentClinic case could be converted; check the input files.")
     _write_whole(out, lines)
     report.written = len(lines)
+    report.truth_mapped = dict(Counter(made["method"] for made in report.mappings))
     return report
 
 

@@ -99,7 +99,7 @@ class DynamicareCli(BenchmarkCli):
 
 
 def _score_hitk(args: argparse.Namespace) -> int:
-    from medeval_core.benchmarks.dynamicare.scoring import ScoreFileError, score_files
+    from medeval_core.benchmarks.dynamicare.scoring import ScoreFileError, mapped_truth_note, score_files, shares
 
     try:
         report = score_files(args.predictions, args.truth)
@@ -113,12 +113,18 @@ def _score_hitk(args: argparse.Namespace) -> int:
     if report.unknown_cases:
         print(f"warning: {len(report.unknown_cases)} prediction lines name cases outside the truth and are left "
               f"out: {', '.join(report.unknown_cases[:10])}", file=sys.stderr)
+    truth_note = mapped_truth_note(report.truth_mapped, report.n)
     if args.json:
-        print_json({**report.metrics, "n": report.n, "unmapped": report.unmapped})
+        print_json({**report.metrics, "n": report.n, "unmapped": report.unmapped, "name_methods": report.name_methods,
+                    "truth_mapped": report.truth_mapped})
         return 0
     print(f"Hit@K / Rec@K over {report.n} cases (fractions in [0, 1])")
     for name, value in report.metrics.items():
         print(f"  {name:<7} {value:.4f}")
+    if report.name_methods:
+        print(f"Predicted names mapped by: {shares(report.name_methods)}")
+    if truth_note:
+        print(truth_note)
     if report.unmapped:
         print(f"Unmapped names ({len(report.unmapped)}): {'; '.join(report.unmapped)}")
     return 0
@@ -142,6 +148,7 @@ def _sources(args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 def _import_agentclinic(args: argparse.Namespace) -> int:
     from medeval_core.benchmarks.dynamicare.cases import RecordFileError, import_agentclinic
+    from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_note
     from medeval_core.icd9 import make_mapper
 
     backend = None
@@ -166,9 +173,11 @@ def _import_agentclinic(args: argparse.Namespace) -> int:
         print(f"skipped line {row.line}: {row.reason}", file=sys.stderr)
     if args.json:
         print_json({"written": report.written, "out": str(args.out), "mappings": report.mappings,
+                    "truth_mapped": report.truth_mapped,
                     "skipped": [row.model_dump() for row in report.skipped]})
         return 0
     print(f"{report.written} records written to {args.out} ({len(report.skipped)} skipped).")
+    print(mapped_truth_note(report.truth_mapped, report.written))
     for made in report.mappings:
         print(f"  {made['case_id']}: {made['diagnosis']} -> {made['code']} {made['description']} "
               f"(confidence {made['confidence']:.2f}, {made['method']})")

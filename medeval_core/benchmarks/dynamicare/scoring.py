@@ -9,7 +9,8 @@ through the ICD-9 mapper; a name that maps to nothing keeps its rank and matches
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from medeval_core.metrics.hitk import KS, case_metrics
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
+# Truth codes with these methods were given as codes; any other method (exact, synonym, crosswalk, embedding, llm)
+# means a free-text diagnosis was mapped to make them, and every summary says so.
+GIVEN_METHODS = frozenset({"given", "code", "corrected"})
 
 
 class ScoreFileError(ValueError):
@@ -36,6 +40,31 @@ class HitKReport(BaseModel):
     missing_predictions: list[str] = Field(default_factory=list)
     unknown_cases: list[str] = Field(default_factory=list)
     mapped_names: dict[str, str] = Field(default_factory=dict)
+    name_methods: dict[str, int] = Field(default_factory=dict)
+    """How the predicted names were mapped: method -> how many names (``Icd9Mapping.method``)."""
+    truth_mapped: dict[str, int] = Field(default_factory=dict)
+    """Truth cases whose codes were mapped from a diagnosis name, by method; empty when all were given as codes."""
+
+
+def shares(counts: dict[str, int]) -> str:
+    """``exact 70% (7), embedding 30% (3)``: each method's share, largest first."""
+    total = sum(counts.values())
+    return ", ".join(f"{method} {count / total:.0%} ({count})"
+                     for method, count in sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def mapped_truth_methods(methods_per_case: Iterable[Sequence[str]]) -> dict[str, int]:
+    """Cases whose truth holds a mapped code, counted by the method of their first mapped code."""
+    return dict(Counter(next(m for m in methods if m not in GIVEN_METHODS) for methods in methods_per_case
+                        if any(m not in GIVEN_METHODS for m in methods)))
+
+
+def mapped_truth_note(truth_mapped: dict[str, int], cases: int) -> str:
+    """The sentence every summary carries when ground truth was mapped rather than given ('' when it was not)."""
+    if not truth_mapped:
+        return ""
+    return (f"Ground truth of {sum(truth_mapped.values())} of {cases} cases is mapped from free-text diagnoses, not "
+            f"hand-coded ({shares(truth_mapped)}).")
 
 
 def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
@@ -54,14 +83,17 @@ def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def read_truth(path: Path) -> dict[str, list[str]]:
-    """Case id -> ground-truth categories (distinct, in order)."""
+def read_truth(path: Path) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Case id -> ground-truth categories (distinct, in order), and the cases whose codes were mapped from a name
+    (``mapped_truth_methods``: a records file's ``{"code", "method"}`` entries say how)."""
     truth: dict[str, list[str]] = {}
+    methods: list[list[str]] = []
     for number, raw in _lines(path, "truth"):
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
         categories: list[str] = []
+        methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
         for item in codes:
             code = item.get("code") if isinstance(item, dict) else item
             if not isinstance(code, str) or normalise_code(code) is None:
@@ -72,7 +104,7 @@ def read_truth(path: Path) -> dict[str, list[str]]:
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
         truth[case_id] = list(dict.fromkeys(categories))
-    return truth
+    return truth, mapped_truth_methods(methods)
 
 
 def read_predictions(path: Path) -> dict[str, list[str]]:
@@ -89,14 +121,17 @@ def read_predictions(path: Path) -> dict[str, list[str]]:
 
 
 def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None = None) -> HitKReport:
-    truth = read_truth(truth_path)
+    truth, truth_mapped = read_truth(truth_path)
     predictions = read_predictions(predictions_path)
     names = {item for ranked in predictions.values() for item in ranked if normalise_code(item) is None}
     mapped: dict[str, str | None] = {}
+    methods: Counter[str] = Counter()
     if names:
         mapper = mapper or Icd9Mapper()
         for name in sorted(names):
-            mapped[name] = mapper.map(name).category
+            mapping = mapper.map(name)
+            mapped[name] = mapping.category
+            methods[mapping.method] += 1
     per_case: dict[str, dict[str, float]] = {}
     for case_id, gold in truth.items():
         ranked = predictions.get(case_id, [])
@@ -109,7 +144,8 @@ def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | N
         unmapped=sorted(name for name, value in mapped.items() if value is None),
         missing_predictions=[case_id for case_id in truth if case_id not in predictions],
         unknown_cases=[case_id for case_id in predictions if case_id not in truth],
-        mapped_names={name: value for name, value in mapped.items() if value is not None})
+        mapped_names={name: value for name, value in mapped.items() if value is not None},
+        name_methods=dict(methods), truth_mapped=truth_mapped)
 
 
 def headline(per_case: Sequence[dict[str, float]], questions: Sequence[int], denominator: str) -> list[Metric]:
