@@ -972,10 +972,11 @@ def _insert_rows(connection: Connection, table: Table, rows: Sequence[dict[str, 
     quote = dialect.identifier_preparer
     columns = ", ".join(quote.format_column(table.c[key]) for key in keys)
     if dialect.name == "postgresql":
-        with connection.connection.driver_connection.cursor() as cursor:  # type: ignore[union-attr]
-            with cursor.copy(f"COPY {quote.format_table(table)} ({columns}) FROM STDIN") as copy:
-                for value in values:
-                    copy.write_row(value)
+        driver = connection.connection.driver_connection
+        copy_sql = f"COPY {quote.format_table(table)} ({columns}) FROM STDIN"
+        with driver.cursor() as cursor, cursor.copy(copy_sql) as copy:  # type: ignore[union-attr]
+            for value in values:
+                copy.write_row(value)
         return
     marks = ", ".join(("?" if dialect.paramstyle == "qmark" else "%s") for _ in keys)
     connection.exec_driver_sql(f"INSERT INTO {quote.format_table(table)} ({columns}) VALUES ({marks})", values)
