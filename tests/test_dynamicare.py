@@ -74,7 +74,7 @@ def test_record_shape_is_validated(tmp_path):
             {**RECORD, "icd9": ["428"]}]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows) + "{broken\n", encoding="utf-8")
-    loaded = load_records(path)
+    loaded = load_records(path, skip_bad_lines=True)
     assert [r.case_id for r in loaded.records] == ["p-1"]
     assert [(s.line, s.reason.split(" (")[0]) for s in loaded.skipped] == [
         (2, "'not-a-code' is not an ICD-9 code"), (3, "icd9 must list 1 to 5 ground-truth codes"),
@@ -333,7 +333,8 @@ def test_import_records_validates_your_own_records(tmp_path, isolated_store):
     out = tmp_path / "checked.jsonl"
     env = {**os.environ, "MEDEVAL_DB_URL": isolated_store}
     done = subprocess.run([sys.executable, "-m", "medeval_core", "import-records", "--input", str(source), "--out",
-                           str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           str(out), "--skip-bad-lines"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     assert "skipped line 2: '12345.6' is not an ICD-9 code" in done.stderr
     (checked,) = load_records(out).records

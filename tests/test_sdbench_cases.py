@@ -69,7 +69,7 @@ def test_importer_skips_malformed_rows_with_their_line_numbers(tmp_path, data_di
     report = import_agentclinic(source)
     assert [case.provenance["file_line"] for case in report.cases] == [1, 6]
     assert [(s.line, s.reason.split(":")[0]) for s in report.skipped] == [
-        (2, "not valid JSON (Expecting property name enclosed in double quotes)"),
+        (2, "not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
         (3, "field 'OSCE_Examination.Correct_Diagnosis'"), (4, "not a JSON object")]
     assert report.summary() == "2 cases kept, 3 rows skipped (lines 2, 3, 4)"
 
