@@ -31,8 +31,10 @@ setup = model_setup(settings)
 if setup.configured:
     st.caption(f"Tested model: {literal(setup.message)}. Judge: {literal(setup.judge)}.")
 else:
-    # The setup message is medeval's own text, with the variable names to set.
-    st.info(f"{setup.message} Until then you can paste a response from any system below and have it judged.")
+    st.info("No vision-language model is set up: register one on the **Models** page (sidebar, medeval section: "
+            "an OpenAI-compatible endpoint or a local checkpoint folder) and make it the default, or set the "
+            f"environment variables: {literal(setup.message)} Until then you can paste a response from any system "
+            "below and have it judged.")
 
 upload = st.file_uploader("Lesion image (JPEG, PNG or WebP)", type=UPLOAD_TYPES, key="lesion_upload")
 image = None
