@@ -97,7 +97,8 @@ class SDBenchParams(RunParams):
     actions: str | None = Field(default=None, description="JSON Lines of actions to replay (--agent replay)")
     gatekeeper: Literal["llm", "offline"] = "offline"
     judge: Literal["llm", "offline"] = "offline"
-    prices: str = Field(description="price table CSV of code and price (absolute path)")
+    prices: str = Field(default="", description="price table CSV of code and price (absolute path); empty: the "
+                                                "shipped Medicare prices, MEDEVAL_DATA_DIR/costing/cms_prices.csv")
     split: str | None = Field(default=None, description="only the cases of this split")
     limit: int | None = Field(default=None, ge=1, description="only the first N selected cases")
     case_ids: list[str] | None = Field(default=None, description="only these case ids, in this order")
@@ -340,6 +341,19 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
                 self._resources.pop(next(iter(self._resources)))
             self._resources[key] = Resources(params, settings)
         return self._resources[key]
+
+    def prepare_params(self, params: SDBenchParams, settings: Settings) -> SDBenchParams:
+        """A run stores the price table it used: left empty (as the CLI allows), the shipped one."""
+        if params.prices:
+            return params
+        return params.model_copy(update={"prices": str(default_prices(settings).resolve())})
+
+    def form_defaults(self, settings: Settings, variant: str | None = None) -> dict[str, Any]:
+        """The form suggests the shipped price table when the data directory has it."""
+        try:
+            return {"prices": str(default_prices(settings).resolve())}
+        except BenchmarkError:
+            return {}
 
     def input_files(self, params: SDBenchParams) -> dict[str, str]:
         files = {"cases": params.cases, "prices": params.prices}
