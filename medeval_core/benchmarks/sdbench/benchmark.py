@@ -508,7 +508,7 @@ def default_prices(settings: Settings) -> Path:
     try:
         return cms_prices_path(settings.data_dir)
     except DataError as exc:
-        raise BenchmarkError(f"{exc} Or give a price table with --prices.") from None
+        raise BenchmarkError(f"{exc} Or give a price table CSV as prices (--prices on the command line).") from None
 
 
 __all__ = ["SDBenchBenchmark", "SDBenchOutput", "SDBenchParams", "default_prices"]
