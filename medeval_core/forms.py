@@ -154,7 +154,7 @@ def field_specs(model: type[BaseModel], *, variant: str | None = None, exclude: 
         if source is not None:
             suggestions += _data_entries(data_folders, source)
         default = _default(info)
-        if default is None and defaults and name in defaults:
+        if default in (None, "") and defaults and name in defaults:  # "" too: an empty path the run fills in
             default = defaults[name]
         if default is None and info.is_required() and suggestions:
             default = suggestions[0]

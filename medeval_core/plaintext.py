@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import re
 import string
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PUNCTUATION = re.compile(f"([{re.escape(string.punctuation)}])")
 WORD_JOINER = "\u2060"
@@ -29,3 +33,9 @@ def literal(text: object) -> str:
     escaped = _PUNCTUATION.sub(r"\\\1", str(text))
     escaped = _LINK_MARKERS.sub(lambda match: match.group(0) + WORD_JOINER, escaped)
     return escaped.replace("\r\n", "\n").replace("\n", "  \n")
+
+
+def literal_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell through ``literal``: ``st.table`` renders its cells as Markdown, so a URL in a
+    hint or an endpoint column would otherwise become a link."""
+    return frame.map(lambda cell: literal(cell) if isinstance(cell, str) else cell)

@@ -5,7 +5,7 @@ import streamlit as st
 
 from medeval_core.catalog import pages
 from medeval_core.context import current_settings
-from medeval_core.plaintext import literal
+from medeval_core.plaintext import literal, literal_cells
 from medeval_core.settings import SettingsError, runtime_versions
 from medeval_core.status import backends_status, data_status_rows, store_status
 
@@ -44,23 +44,23 @@ except SettingsError as exc:
 
 st.header("Data sources")
 st.caption(f"Looked up under {literal(settings.data_dir)} (set `MEDEVAL_DATA_DIR` to change it).")
-st.table(
+st.table(literal_cells(
     pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)])
     .set_index("name")
     .rename(columns={"state": "Status", "files": "Files", "how_to_get": "How to get it",
                      "used_by": "Used by"})
     .rename_axis("Source")
-)
+))
 
 st.header("Model backends")
-st.table(
+st.table(literal_cells(
     pd.DataFrame([b.model_dump() for b in backends_status(settings)])
     .set_index("role")
     .rename(columns={"used_by": "Used by", "backend": "Backend", "model": "Model", "base_url": "Endpoint",
                      "configured": "Configured", "working": "Works",
                      "api_key_env": "API key variable", "api_key_set": "Key set", "hint": "How to configure"})
     .rename_axis("Role")
-)
+))
 
 st.header("Store")
 store = store_status(settings)

@@ -6,6 +6,7 @@ import streamlit as st
 from medeval_core.backends.vlm import VlmBackendError
 from medeval_core.benchmarks.ddi.images import UPLOAD_TYPES, ImageRejected, validate_image
 from medeval_core.benchmarks.ddi.interactive import (
+    EXACT_LABEL_RULE,
     STAGE_TEXT,
     Stage,
     evaluate_upload,
@@ -13,6 +14,7 @@ from medeval_core.benchmarks.ddi.interactive import (
     new_session_id,
     session_evaluations,
 )
+from medeval_core.benchmarks.ddi.tasks import canonical_label
 from medeval_core.context import current_settings, current_store
 from medeval_core.plaintext import literal
 from medeval_core.prompts import PromptError, load_labels
@@ -31,8 +33,10 @@ setup = model_setup(settings)
 if setup.configured:
     st.caption(f"Tested model: {literal(setup.message)}. Judge: {literal(setup.judge)}.")
 else:
-    # The setup message is medeval's own text, with the variable names to set.
-    st.info(f"{setup.message} Until then you can paste a response from any system below and have it judged.")
+    st.info("Register a vision-language model on the **Models** page (sidebar, medeval section: an "
+            "OpenAI-compatible endpoint or a local checkpoint folder) and make it the default, or set the "
+            f"environment variables: {literal(setup.message)} Until then you can paste a response from any system "
+            "below and have it judged.")
 
 upload = st.file_uploader("Lesion image (JPEG, PNG or WebP)", type=UPLOAD_TYPES, key="lesion_upload")
 image = None
@@ -45,17 +49,40 @@ if upload is not None:
         st.image(image.image, caption=literal(f"{image.name}: {image.width}x{image.height} {image.format}"),
                  width=360)
 
-mode = st.radio("Task", list(MODES), format_func=MODES.get, key="lesion_mode", horizontal=True)
+labels = load_labels(prompts_dir=settings.prompts_dir)
+
+
+def keep_reference() -> None:
+    """Switching task keeps the reference: as the label it names in classification, as its text when open."""
+    kept = st.session_state.get("lesion_reference_kept", "")
+    if st.session_state["lesion_mode"] == "classification":
+        st.session_state["lesion_reference_label"] = canonical_label(kept, labels) or ""
+    else:
+        st.session_state["lesion_reference"] = kept
+
+
+def remember_reference(key: str) -> None:
+    st.session_state["lesion_reference_kept"] = st.session_state[key]
+
+
+mode = st.radio("Task", list(MODES), format_func=MODES.get, key="lesion_mode", horizontal=True,
+                on_change=keep_reference)
 if mode == "classification":
-    labels = load_labels(prompts_dir=settings.prompts_dir)
     reference = st.selectbox("Reference diagnosis (optional)", ["", *labels], key="lesion_reference_label",
-                             format_func=lambda label: label or "(none)",
+                             format_func=lambda label: label or "(none)", on_change=remember_reference,
+                             args=("lesion_reference_label",),
                              help="The task's label space: the reference is one of its 23 labels.")
+    kept = st.session_state.get("lesion_reference_kept", "")
+    if kept and not reference:
+        st.caption(literal(f"The reference you entered, {kept!r}, is not one of the candidate labels: choose the "
+                           "label it corresponds to."))
     st.caption(f"The {len(labels)} candidate labels have no nevus (mole) class: a benign naevus can only be "
                "answered with one of these labels or with none.")
+    st.caption(literal(EXACT_LABEL_RULE))
 else:
     reference = st.text_input("Reference diagnosis (optional, given only to the judge)", key="lesion_reference",
-                              placeholder="e.g. melanoma-in-situ")
+                              placeholder="e.g. melanoma-in-situ", on_change=remember_reference,
+                              args=("lesion_reference",))
 with st.expander("Judge a response from another system", expanded=not setup.configured):
     pasted = st.text_area("Model response", key="lesion_pasted", height=160,
                           help="When filled, this text is judged instead of running the configured model.")
@@ -92,17 +119,19 @@ if current is not None:
     st.subheader("Result")
     for warning in current.model_warnings:
         st.warning(literal(warning))
-    left, right = st.columns(2)
-    left.markdown("**Final diagnosis**")
-    left.text(current.final_diagnosis or "(none identified)")
-    right.markdown("**Judge verdict**")
+    answer, reading, verdict = st.columns(3)
+    answer.markdown("**The model's final answer**")
+    answer.text(current.model_answer or "(no final answer found)")
+    reading.markdown("**The judge read it as**")
+    reading.text(current.final_diagnosis or "(none identified)")
+    verdict.markdown("**Judge verdict**")
     if current.verdict is not None:
-        right.text(("Correct" if current.verdict["correct"] else "Incorrect") + f" against {current.reference!r}")
-        right.caption(literal(f"{current.verdict['reason']} ({current.judge})"))
+        verdict.text(("Correct" if current.verdict["correct"] else "Incorrect") + f" against {current.reference!r}")
+        verdict.caption(literal(f"{current.verdict['reason']} ({current.judge})"))
     elif current.judge_error:
-        right.error(literal(f"The judge gave no verdict: {current.judge_error}"))
+        verdict.error(literal(f"The judge gave no verdict: {current.judge_error}"))
     else:
-        right.text("Not judged: no reference diagnosis was given.")
+        verdict.text("Not judged: no reference diagnosis was given.")
     st.markdown("**Rationale (model response)**")
     st.text(current.response)
     st.caption(literal(f"Saved as run {current.run_id} ({current.response_source} response)."))

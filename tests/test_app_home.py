@@ -1,5 +1,6 @@
 """The app shell: navigation, status sidebar and home page, through AppTest and in a real headless Chromium."""
 
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -14,7 +15,7 @@ def test_home_page_shows_what_medeval_is_and_the_status_of_data_store_and_models
     assert not app.exception, app.exception
     assert app.title[0].value == "medeval"
     headers = [h.value for h in app.header]
-    assert headers[:1] == ["Pages"] and {"Data sources", "Model backends", "Store"} <= set(headers)
+    assert headers[:2] == ["Start here", "Pages"] and {"Data sources", "Model backends", "Store"} <= set(headers)
     sidebar_text = " ".join(m.value for m in app.sidebar.markdown)
     assert "DDXPlus" in sidebar_text and "found" in sidebar_text
     assert "DDI judge" in sidebar_text and "offline" in sidebar_text
@@ -77,3 +78,17 @@ def test_offline_stand_ins_are_shown_as_working_and_home_says_where_to_start() -
     app = AppTest.from_file(APP, default_timeout=120).run()
     assert not app.exception
     assert "Start here" in [h.value for h in app.header]
+
+
+def test_no_url_in_the_home_tables_is_rendered_as_a_link(monkeypatch, tmp_path: Path) -> None:
+    # st.table renders cells as Markdown: a bare URL in a hint would become a link. An empty data folder makes every
+    # source missing, so the DDI hint (which names its website) is in the table.
+    from medeval_core.plaintext import WORD_JOINER
+
+    monkeypatch.setenv("MEDEVAL_DATA_DIR", str(tmp_path))
+    app = AppTest.from_file(APP, default_timeout=120).run()
+    assert not app.exception, app.exception
+    cells = [str(cell) for table in app.table for cell in table.value.to_numpy().ravel()]
+    shown = [cell.replace("\\", "") for cell in cells]
+    assert any("https:" + WORD_JOINER + "//ddi-dataset" in cell for cell in shown)
+    assert not [cell for cell in shown if re.search(r"https?://|www\.", cell)]

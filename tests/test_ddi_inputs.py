@@ -130,7 +130,7 @@ def test_any_csv_with_image_and_reference_columns(tmp_path: Path) -> None:
                                                                          ("000001.png", "Acne", None)]
     renamed = tmp_path / "renamed.csv"
     pd.DataFrame({"picture": ["000003.png"], "truth": ["Psoriasis"]}).to_csv(renamed, index=False)
-    with pytest.raises(CaseSourceError, match="--image-column"):
+    with pytest.raises(CaseSourceError, match=r"source\.image_column"):
         load_cases(CaseSource(images_dir=str(tmp_path / "imgs"), metadata=str(renamed)))
     explicit = load_cases(CaseSource(images_dir=str(tmp_path / "imgs"), metadata=str(renamed),
                                      image_column="picture", reference_column="truth"))

@@ -1,6 +1,7 @@
 """The "New run" launcher: forms from Params, validation, the plan, endpoint pre-checks over HTTP against the local
 OpenAI-compatible test server, and the page launching a real worker process."""
 
+import json
 import time
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def test_ddi_model_stage_form_starts_from_the_protocol_settings(data_dir: Path) 
     settings = load_settings()
     specs = {s.name: s for s in launch.form("ddi", settings, "model")}
     assert specs["generation"].default == settings.generation.model_dump(mode="json")  # configs/evaluation.json
-    assert specs["prompt"].default["user"] and specs["source"].default == {"images_dir": str(data_dir / "ddi")}
+    assert specs["prompt"].default["user"] and Path(specs["source"].default["images_dir"]).is_dir()
     with pytest.raises(launch.LaunchError) as raised:
         launch.plan("ddi", {"mode": "open"}, settings, "model")
     # the variant's tag ("model") is not mistaken for the field called model
@@ -316,3 +317,28 @@ def test_a_ddi_run_launched_from_new_run_is_generated_then_judged_and_can_be_sco
     assert wait_finished(store, second) == "completed"
     provenance = [r.scores["correct"]["provenance"]["judge"] for r in store.results(second)]
     assert len(provenance) == 3 and all(name.startswith("offline") for name in provenance)
+
+
+def test_ddi_form_starts_from_the_shared_lesions_and_its_errors_name_the_form_fields(data_dir: Path) -> None:
+    assert not (data_dir / "ddi" / "ddi_metadata.csv").exists()  # so the folder offered is the shared lesions
+    app = AppTest.from_file(NEW_RUN_PAGE, default_timeout=60).run()
+    app.selectbox(key="launch_benchmark").set_value("ddi").run()
+    app.radio(key="launch_variant_ddi").set_value("model").run()
+    source = json.loads(app.text_area(key="field_ddi_model_source").value)
+    assert Path(source["images_dir"]) == data_dir / "lesions" and Path(source["images_dir"]).is_dir()
+    app.text_input(key="field_ddi_model_model").input("/nowhere/checkpoint")
+    app.button[0].click().run()  # "Check parameters"
+    assert not app.exception, app.exception
+    [error] = app.error
+    shown = error.value.replace("\\", "")
+    assert "source.metadata" in shown and "--" not in shown, shown
+
+
+def test_sdbench_form_suggests_the_shipped_price_table_and_does_not_require_one(data_dir: Path) -> None:
+    from medeval_core.benchmarks.sdbench.benchmark import SDBenchBenchmark, SDBenchParams
+
+    specs = {s.name: s for s in launch.form("sdbench", load_settings())}
+    shipped = str((data_dir / "costing" / "cms_prices.csv").resolve())
+    assert specs["prices"].default == shipped and not specs["prices"].required
+    params = validate_form(SDBenchParams, {"cases": "/tmp/cases.jsonl", "agent": "replay", "prices": ""})
+    assert SDBenchBenchmark().prepare_params(params, load_settings()).prices == shipped  # what the CLI stores

@@ -103,7 +103,9 @@ def test_upload_run_with_tiny_model_and_offline_judge(
 
 def test_without_a_model_the_page_explains_setup_and_judges_a_pasted_answer() -> None:
     app = open_page()
-    assert "MEDEVAL_VLM_MODEL" in app.info[0].value and "MEDEVAL_VLM_BASE_URL" in app.info[0].value
+    setup_hint = app.info[0].value.replace("\\", "")
+    assert "Models** page" in setup_hint
+    assert "MEDEVAL_VLM_MODEL" in setup_hint and "MEDEVAL_VLM_BASE_URL" in setup_hint
     app.text_input(key="lesion_reference").set_value("basal-cell-carcinoma-nodular")
     app.text_area(key="lesion_pasted").set_value("Pearly papule with telangiectasia.\nFinal diagnosis: nodular BCC")
     run_button(app).click().run()
@@ -216,8 +218,8 @@ def test_classification_says_no_label_chosen_and_that_there_is_no_nevus_class() 
     app.text_area(key="lesion_pasted").set_value("A long rationale about a benign mole.\nFinal diagnosis: nevus")
     run_button(app).click().run()
     assert not app.exception, app.exception
-    final = app.text[0].value
-    assert final == "no label chosen", final
+    answer, reading = app.text[0].value, app.text[1].value
+    assert (answer, reading) == ("nevus", "no label chosen"), (answer, reading)
     assert any(t.value == "Incorrect against 'Melanoma'" for t in app.text)
 
 
@@ -279,3 +281,49 @@ def test_a_slow_evaluation_shows_its_stage_and_cancel_stops_it_in_chromium(
             time.sleep(0.1)
         assert run.status == "failed" and run.error == CANCELLED
         assert all(call.answered_at is None for call in server.chat_requests())  # stopped before the model answered
+
+
+def test_the_model_answer_is_shown_beside_the_judges_reading_and_a_misspelt_label_is_refused_with_why() -> None:
+    from medeval_core.benchmarks.ddi.interactive import EXACT_LABEL_RULE
+
+    app = open_page()
+    app.text_input(key="lesion_reference").set_value("basal-cell-carcinoma-nodular")
+    app.text_area(key="lesion_pasted").set_value(
+        "<think>Pearly papule with telangiectasia.</think><answer>Final diagnosis: nodular BCC</answer>")
+    run_button(app).click().run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    headings = [m.value for m in app.markdown]
+    assert "**The model's final answer**" in headings and "**The judge read it as**" in headings
+    (run,) = context.current_store().list_runs(benchmark="ddi")
+    (judgement,) = context.current_store().judgements(run_id=run.id)
+    assert app.text[0].value == "nodular BCC"  # what the model wrote, from its <answer> part
+    assert app.text[1].value == judgement.verdict["predicted_diagnosis"]  # what the judge made of it
+
+    # Classification: "melanoma" for the label "Melanoma" is refused under the protocol's exact-spelling rule.
+    app.radio(key="lesion_mode").set_value("classification").run()
+    assert literal(EXACT_LABEL_RULE) in [c.value for c in app.caption]
+    app.selectbox(key="lesion_reference_label").set_value("Melanoma")
+    app.text_area(key="lesion_pasted").set_value("Asymmetric, multicoloured.\nFinal diagnosis: melanoma")
+    run_button(app).click().run()
+    assert not app.exception and not app.error
+    assert (app.text[0].value, app.text[1].value) == ("melanoma", "no label chosen")
+    assert any(t.value == "Incorrect against 'Melanoma'" for t in app.text)
+    why = " ".join(c.value for c in app.caption).replace("\\", "")
+    assert "names 'Melanoma' but not with its exact spelling" in why
+
+
+def test_switching_task_keeps_the_reference() -> None:
+    app = open_page()
+    app.text_input(key="lesion_reference").set_value("melanoma").run()
+    app.radio(key="lesion_mode").set_value("classification").run()
+    assert app.selectbox(key="lesion_reference_label").value == "Melanoma"  # the label the text names
+    app.radio(key="lesion_mode").set_value("open").run()
+    assert app.text_input(key="lesion_reference").value == "melanoma"  # as the user typed it
+
+    app.text_input(key="lesion_reference").set_value("melanoma-in-situ").run()
+    app.radio(key="lesion_mode").set_value("classification").run()
+    assert app.selectbox(key="lesion_reference_label").value == ""
+    assert any("melanoma\\-in\\-situ" in c.value and "not one of the candidate labels" in c.value
+               for c in app.caption)
+    app.radio(key="lesion_mode").set_value("open").run()
+    assert app.text_input(key="lesion_reference").value == "melanoma-in-situ"

@@ -71,8 +71,15 @@ def check_references(cases: Sequence[DdiCase], labels: Sequence[str]) -> None:
     if unknown:
         raise CaseSourceError(
             f"{len(unknown)} reference diagnoses are not among the {len(labels)} candidate labels "
-            f"(e.g. {', '.join(unknown[:3])}); map them to the label vocabulary or use --mode open."
+            f"(e.g. {', '.join(unknown[:3])}); map them to the label vocabulary or use the open-ended mode."
         )
+
+
+def default_images_dir(settings: Settings) -> Path:
+    """The DDI folder when its metadata is there, else the shared lesion images (which always ship), so the form
+    never starts from a folder that does not exist."""
+    ddi = settings.data_dir / "ddi"
+    return ddi if (ddi / DDI_METADATA).is_file() else settings.data_dir / "lesions"
 
 
 class ResponseLine(BaseModel):
@@ -390,7 +397,7 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
         vlm = settings.role("vlm")
         backend = {"model_backend": vlm.backend, "model": vlm.model, "base_url": vlm.base_url} \
             if vlm.backend in ("openai", "transformers") else {}
-        return {"source": {"images_dir": str(settings.data_dir / "ddi")},
+        return {"source": {"images_dir": str(default_images_dir(settings))},
                 "generation": settings.generation.model_dump(mode="json"),
                 "prompt": open_prompt(settings.prompts_dir).model_dump(mode="json"), **backend}
 

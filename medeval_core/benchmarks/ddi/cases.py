@@ -65,9 +65,11 @@ def _pick(columns: list[str], explicit: str | None, guesses: tuple[str, ...], ro
     for guess in guesses:
         if guess.lower() in lowered:
             return lowered[guess.lower()]
-    option = "--image-column" if role == "image file" else "--reference-column"
+    # Named as the source's setting, which the New run form and the CLI (--image-column) both fill: a browser
+    # user has no command-line flag to pass.
+    setting = "source.image_column" if role == "image file" else "source.reference_column"
     raise CaseSourceError(f"{csv_path} has no recognisable {role} column (columns: {', '.join(columns)}); name it "
-                          f"with {option}.")
+                          f"in {setting}.")
 
 
 def _malignant(value: str, row: int) -> bool | None:
@@ -117,8 +119,8 @@ def load_cases(source: CaseSource) -> list[DdiCase]:
         raise CaseSourceError(f"Images folder {images_dir} does not exist.")
     csv_path = Path(source.metadata) if source.metadata else images_dir / DDI_METADATA
     if not csv_path.is_file():
-        raise CaseSourceError(f"Metadata file {csv_path} does not exist; pass --metadata with the CSV of images "
-                              "and reference diagnoses.")
+        raise CaseSourceError(f"Metadata file {csv_path} does not exist; set source.metadata to the CSV of image "
+                              "names and reference diagnoses.")
     columns, rows = read_rows(csv_path)
     image_column = _pick(columns, source.image_column, IMAGE_COLUMN_GUESSES, "image file", csv_path)
     reference_column = _pick(columns, source.reference_column, REFERENCE_COLUMN_GUESSES, "reference diagnosis",

@@ -25,7 +25,16 @@ from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi.images import ValidatedImage
 from medeval_core.benchmarks.ddi.params import DdiParams, SessionParams
-from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, NO_LABEL, Mode, match_label, prompt_for, score_label
+from medeval_core.benchmarks.ddi.tasks import (
+    DEFAULT_LABELS,
+    NO_LABEL,
+    LabelMatch,
+    Mode,
+    final_answer_segment,
+    match_label,
+    prompt_for,
+    score_label,
+)
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
@@ -33,6 +42,7 @@ from medeval_core.records import CaseOutcome, utc_now
 from medeval_core.sessions import Session
 from medeval_core.settings import GenerationSettings, Settings
 from medeval_core.store import Store, StoreError
+from medeval_core.transcript import reasoned
 
 CASE_ID = "lesion"
 PROGRESS_INTERVAL_S = 0.5
@@ -82,11 +92,41 @@ class LesionEvaluation(BaseModel):
     model: dict[str, Any] | None
     model_warnings: list[str]
     response: str
+    model_answer: str = ""
+    """What the model itself wrote as its final answer (``model_final_answer``), shown beside the judge's reading."""
     final_diagnosis: str
     reference: str | None
     verdict: dict[str, Any] | None
     judge: str | None
     judge_error: str | None
+
+
+EXACT_LABEL_RULE = (
+    "The SkinGPT-R1 classification prompt ends \"Use the exact label spelling\", so an answer counts only when it "
+    "names exactly one candidate label spelt exactly as listed, capitals included: \"melanoma\" for \"Melanoma\" is "
+    "refused, and the label it nearly named is shown."
+)
+"""The protocol's rule for reading a classification answer (skingpt-r1-evaluation-settings.md), said on the page."""
+
+
+def model_final_answer(response: str) -> str:
+    """The model's own final answer: its ``<answer>`` part when it has one, narrowed to the line after its last
+    final-answer marker (else its last line), as the label matcher reads it."""
+    parts = reasoned(response)
+    return final_answer_segment(parts.answer if parts is not None else response)
+
+
+def label_reason(match: LabelMatch, labels: Sequence[str], answer: str) -> str:
+    """Why a classification answer (the model's final ``answer``) was read as it was: the label taken, or why none
+    was."""
+    if match.label is not None:
+        return f"The answer selects {match.label!r}."
+    if match.status == "ambiguous":
+        return f"{answer!r} names more than one of the candidate labels, so none is taken."
+    if match.lenient_label is not None:
+        return (f"{answer!r} names {match.lenient_label!r} but not with its exact spelling, which the "
+                "protocol requires: refused, counted as no label.")
+    return f"{answer!r} names none of the {len(labels)} candidate labels."
 
 
 def final_diagnosis(response: str, mode: Mode, settings: Settings, labels: Sequence[str] | None) -> str:
@@ -105,10 +145,8 @@ def _verdict(mode: Mode, reference: str, response: str, labels: Sequence[str] | 
         if score.reference_label is None:
             raise ValueError(f"{reference!r} is not one of the {len(labels)} candidate labels; choose one of them "
                              "as the reference, or use open-ended mode.")
-        selected = score.match.label
-        reason = (f"The answer selects {selected!r}." if selected
-                  else "The answer does not select exactly one label with its exact spelling.")
-        return {"predicted_diagnosis": selected or "", "correct": score.correct, "reason": reason}, "exact-label"
+        return {"predicted_diagnosis": score.match.label or "", "correct": score.correct,
+                "reason": label_reason(score.match, labels, model_final_answer(response))}, "exact-label"
     assert judge is not None
     verdict = _with_progress("judging", lambda: judge.judge(
         DdiJudgeItem(case_id=CASE_ID, reference=reference, response=response),
@@ -183,7 +221,7 @@ def evaluate_lesion(
     evaluation = LesionEvaluation(
         run_id=session.run_id, created_at=utc_now(), mode=mode, image=image.provenance() if image else None,
         response_source=source, model=model, model_warnings=(model or {}).get("warnings", []),
-        response=response,
+        response=response, model_answer=model_final_answer(response),
         final_diagnosis=(verdict or {}).get("predicted_diagnosis") or final_diagnosis(response, mode, settings, labels),
         reference=reference, verdict=verdict, judge=judge_name, judge_error=judge_error,
     )

@@ -103,7 +103,8 @@ class SDBenchParams(LineFileParams):
         default="withhold", description="withhold (the paper's rule) or keep the interpretive clauses of real "
                                         "results that name the case's diagnosis")
     judge: Literal["llm", "offline"] = "offline"
-    prices: str = Field(description="price table CSV of code and price (absolute path)")
+    prices: str = Field(default="", description="price table CSV of code and price (absolute path); empty: the "
+                                                "shipped Medicare prices, MEDEVAL_DATA_DIR/costing/cms_prices.csv")
     split: str | None = Field(default=None, description="only the cases of this split")
     limit: int | None = Field(default=None, ge=1, description="only the first N selected cases")
     case_ids: list[str] | None = Field(default=None, description="only these case ids, in this order")
@@ -351,6 +352,19 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
             self._resources[key] = Resources(params, settings)
         return self._resources[key]
 
+    def prepare_params(self, params: SDBenchParams, settings: Settings) -> SDBenchParams:
+        """A run stores the price table it used: left empty (as the CLI allows), the shipped one."""
+        if params.prices:
+            return params
+        return params.model_copy(update={"prices": str(default_prices(settings).resolve())})
+
+    def form_defaults(self, settings: Settings, variant: str | None = None) -> dict[str, Any]:
+        """The form suggests the shipped price table when the data directory has it."""
+        try:
+            return {"prices": str(default_prices(settings).resolve())}
+        except BenchmarkError:
+            return {}
+
     def input_files(self, params: SDBenchParams) -> dict[str, str]:
         files = {"cases": params.cases, "prices": params.prices}
         if params.actions:
@@ -527,7 +541,7 @@ def default_prices(settings: Settings) -> Path:
     try:
         return cms_prices_path(settings.data_dir)
     except DataError as exc:
-        raise BenchmarkError(f"{exc} Or give a price table with --prices.") from None
+        raise BenchmarkError(f"{exc} Or give a price table CSV as prices (--prices on the command line).") from None
 
 
 __all__ = ["SDBenchBenchmark", "SDBenchOutput", "SDBenchParams", "default_prices"]
