@@ -314,8 +314,10 @@ class BatchRunner:
         try:
             self.db(self.store.finish_run, run_id, lambda: self._final(run_id, total, cancelled, final_summary),
                     when=when)
-        except (DatabaseUnavailable, StoreFullError):
-            raise  # the summary was not written: the run stays resumable, not failed
+        except (DatabaseUnavailable, StoreFullError, MemoryError):
+            # The process or its database gave out, not the summary's code: nothing was written (status and summary
+            # are one transaction), so the run stays running with no live worker, i.e. interrupted and resumable.
+            raise
         except Exception as exc:
             error = (f"The run's cases finished but its summary failed: {describe_error(exc)}. Fix the cause, "
                      f"then resume with `python -m medeval_core resume {run_id}`.")

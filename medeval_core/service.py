@@ -358,8 +358,11 @@ def run_score_stages(run_id: str, settings: Settings, store: Store, workers: int
 def record_worker_error(store: Store, run_id: str, exc: BaseException) -> None:
     """Keep why a worker stopped on the run (its ``error``), so the runs page says it; a run that does not exist
     has nowhere to keep it."""
+    from medeval_core.errors import DatabaseUnavailable, StoreFullError
     from medeval_core.runner import describe_error
 
+    if isinstance(exc, (DatabaseUnavailable, StoreFullError)):
+        return  # the database itself gave out: nothing can be kept there, and the CLI's one line says why
     if store.find_run(run_id) is not None and store.get_run(run_id).error is None:
         store.update_run(run_id, error=f"A worker stopped: {describe_error(exc)}")
 

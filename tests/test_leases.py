@@ -281,10 +281,14 @@ def test_storing_results_does_not_wait_for_the_runs_lock(postgres_url: str) -> N
     other.engine.dispose()
 
 
-def test_the_ddi_generation_solver_groups_cases_by_its_fixed_batches() -> None:
+def test_the_ddi_generation_solver_groups_cases_by_its_fixed_batches(tmp_path: Path) -> None:
+    from PIL import Image
+
     from medeval_core.benchmarks.ddi.benchmark import _GenerateSolver
 
-    cases = [SimpleNamespace(case_id=f"img-{i}") for i in range(5)]
+    image = tmp_path / "lesion.png"  # the solver checks every image it will send before the first model call
+    Image.new("RGB", (8, 8)).save(image)
+    cases = [SimpleNamespace(case_id=f"img-{i}", image_path=str(image)) for i in range(5)]
     params = SimpleNamespace(generation=SimpleNamespace(batch_size=2))
     solver = _GenerateSolver(params, cases, cases[3:])  # type: ignore[arg-type]
     assert [solver.claim_group(c.case_id) for c in cases] == [0, 0, 1, 1, 2]  # positions in the whole list
