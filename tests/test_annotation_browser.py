@@ -101,7 +101,7 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
         admin.get_by_test_id("stSidebarNav").get_by_text("Annotation results").click()
         admin.get_by_role("heading", name="Annotation results").wait_for()
         # Unblinded for the administrator (the data grid draws on a canvas; its cells are in the DOM, hidden).
-        admin.get_by_text("vlm-alpha-7b (ddi-alpha-run)").first.wait_for(state="attached")
+        admin.get_by_text("DDI open: model run · vlm-alpha-7b", exact=True).first.wait_for(state="attached")
         assert admin.get_by_test_id("stSidebarNav").get_by_text("Batch runs").count() == 1
     finally:
         admin_context.close()

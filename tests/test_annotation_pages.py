@@ -13,6 +13,8 @@ from medeval_core.annotation import answers, tasks
 from medeval_core.catalog import ANNOTATION_PAGES, pages
 from medeval_core.context import current_store
 from tests.annotation_fixtures import (
+    MODEL_A,
+    MODEL_B,
     PASSCODES,
     SECRET_NAMES,
     SeededRuns,
@@ -250,3 +252,16 @@ def test_skip_and_flag_take_items_out_of_the_queue_and_reach_the_administrator(s
     # Skips and flags are not judgements: the results count none of them.
     results = signed_in(RESULTS, "admin.eve")
     assert list(results.dataframe[0].value["ties"]) == [1, 1, 1]
+
+
+def test_results_name_runs_by_their_labels_not_their_ids(seeded: SeededRuns) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "dr.ada")
+    store = current_store()
+    store.update_run(seeded.run_a, label="Alpha, first prompt")
+    results = signed_in(RESULTS, "admin.eve")
+    results.selectbox(key="results-task").set_value(task["id"]).run()
+    frame = results.dataframe[0].value
+    # Each run shows its label beside its model (the default labels are alike), never its id.
+    assert set(frame["A"]) == {f"Alpha, first prompt · {MODEL_A}"}
+    assert set(frame["B"]) == {f"DDI open: model run · {MODEL_B}"}
+    assert not [name for name in (seeded.run_a, seeded.run_b) if name in rendered(results)]

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, func, select
 
 from medeval_core.annotation.answers import current_rows
+from medeval_core.annotation.items import run_title
 from medeval_core.annotation.tasks import (
     FLAG,
     NOT_CRITERIA,
@@ -46,6 +47,9 @@ class WinRate(BaseModel):
     """A's wins over the decisive answers (ties excluded); None without any."""
     interval: tuple[float, float] | None = None
     """Wilson 95 % interval of ``a_win_rate``."""
+    label_a: str = ""
+    label_b: str = ""
+    """The runs' labels as the results page shows them (``run_title``; the system name once a run is deleted)."""
 
 
 class Agreement(BaseModel):
@@ -209,13 +213,16 @@ def _kappa(first: Sequence[str], second: Sequence[str]) -> float:
     return cohens_kappa(first, second)
 
 
-def win_rates(task: Task, answers: Sequence[ExportRow]) -> list[WinRate]:
+def win_rates(store: Store, task: Task, answers: Sequence[ExportRow]) -> list[WinRate]:
+    labels = {side: run_title(run) if (run := store.find_run(run_id)) is not None else task.config["systems"][side]
+              for side, run_id in task.config["runs"].items()}
     out = []
     for criterion in task.criteria:
         counts = Counter(row.resolved for row in answers if row.criterion == criterion)
         a, b, ties = counts["A"], counts["B"], counts["tie"]
         out.append(WinRate(criterion=criterion, system_a=task.config["systems"]["A"],
-                           system_b=task.config["systems"]["B"], a_wins=a, b_wins=b, ties=ties,
+                           system_b=task.config["systems"]["B"], label_a=labels["A"], label_b=labels["B"],
+                           a_wins=a, b_wins=b, ties=ties,
                            a_win_rate=a / (a + b) if a + b else None,
                            interval=wilson_interval(a, a + b) if a + b else None))
     return out
@@ -312,7 +319,7 @@ def task_report(store: Store, task_id: str) -> AnnotationReport:
         assignments_done=sum(count == len(task.criteria) for count in answered.values()),
         annotation_rows=len(rows), current_answers=len(answers), agreement=agreement(task, answers))
     if task.kind == TaskKind.PAIRWISE:
-        report.win_rates = win_rates(task, answers)
+        report.win_rates = win_rates(store, task, answers)
     elif task.kind == TaskKind.JUDGE_REVIEW:
         report.judge_agreement = judge_agreement(answers)
     else:
