@@ -9,6 +9,7 @@ import streamlit as st
 
 from medeval_core.annotation import answers
 from medeval_core.annotation.gate import require_annotator
+from medeval_core.annotation.shortcuts import CHOICE_KEYS, SKIP_KEY, bind_keys
 from medeval_core.annotation.tasks import COMMENT, TaskKind
 from medeval_core.context import current_store
 from medeval_core.transcript import reasoned
@@ -189,9 +190,18 @@ else:
         for name, value in payload["verdict"].items():
             st.text(f"{name}: {value}")
 
+# The keys answer the first criterion still unanswered, so a whole item can be done from the keyboard.
+keyed = next((criterion for criterion in task.criteria if criterion not in item.answers), None)
+bindings = {SKIP_KEY: f"skip-{item.item_id}"}
 for criterion in task.criteria:
     labels = CHOICE_LABELS.get(task.kind) or RATING_LABELS.get(criterion) or {v: v for v in task.choices}
+    if criterion == keyed:
+        keys = CHOICE_KEYS[task.kind]
+        st.caption("Keys for " + criterion + ": " + " · ".join(f"{keys[value]} {label}" for value, label
+                                                                  in labels.items()) + f" · {SKIP_KEY} skip item")
+        bindings |= {keys[value]: f"choose-{item.item_id}-{criterion}-{value}" for value in labels}
     choice_row(item, criterion, labels, choose)
+bind_keys(bindings)
 st.text_area("Comment (optional)", value=item.answers.get(COMMENT, ""), key=f"comment-{item.item_id}",
              on_change=save_comment, height=80)
 

@@ -110,3 +110,33 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
     assert report.current_answers == 9 and report.assignments_done == 3
     assert [w.a_wins + w.b_wins + w.ties for w in report.win_rates] == [3, 3, 3]
     assert [w.ties for w in report.win_rates] == [0, 3, 0]
+
+
+@pytest.mark.browser
+def test_keyboard_shortcuts_answer_and_skip_in_chromium(streamlit_app, page, seeded: SeededRuns,
+                                                        isolated_store: str) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "dr.ada",
+                       "--seed", "12")
+    url = streamlit_app(MEDEVAL_DB_URL=isolated_store)
+    page.set_viewport_size({"width": 1366, "height": 1400})
+    sign_in(page, url, "dr.ada")
+    criteria = task["criteria"]
+    # The keys are shown for the criterion they answer, and each press is one stored answer.
+    for number, key in enumerate(("1", "t", "2")):
+        page.get_by_text(f"Keys for {criteria[number]}: 1 Response 1 is better · T Tie · 2 Response 2 is better · "
+                         "S skip item").wait_for()
+        settle(page)
+        page.keyboard.press(key)
+    page.get_by_text("1 of 6 done · item 2 of 6").wait_for()
+    settle(page)
+    page.get_by_text(f"Keys for {criteria[0]}").wait_for()
+    page.keyboard.press("s")
+    page.get_by_text("1 of 6 done · item 3 of 6 · 1 skipped or flagged").wait_for()
+    # A key typed into a text field is text, not a choice.
+    settle(page)
+    page.get_by_label("Comment (optional)").type("2")
+    page.get_by_text(f"Keys for {criteria[0]}").wait_for()
+
+    store = current_store()
+    rows = [(r.criterion, r.value) for r in store.annotations(task["id"])]
+    assert rows == [*zip(criteria, ("left", "tie", "right"), strict=True), ("skip", "skipped")]
