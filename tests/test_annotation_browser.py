@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from medeval_core.annotation import answers
 from medeval_core.annotation.report import task_report
 from medeval_core.context import current_store
 from tests.annotation_fixtures import PASSCODES, SECRET_NAMES, SeededRuns, create_task
@@ -121,22 +122,33 @@ def test_keyboard_shortcuts_answer_and_skip_in_chromium(streamlit_app, page, see
     page.set_viewport_size({"width": 1366, "height": 1400})
     sign_in(page, url, "dr.ada")
     criteria = task["criteria"]
+    store = current_store()
+    first, second, third = (item.item_id for item in answers.my_items(store, "dr.ada", task["id"])[:3])
+
+    def keys_answer(item_id: str, criterion: str) -> None:
+        """Wait until the page's listener is this rerun's (its component loads after the rest of the page)."""
+        page.wait_for_function("(widget) => Object.values(window.medevalShortcutTargets || {}).includes(widget)",
+                               arg=f"choose-{item_id}-{criterion}-left")
+
     # The keys are shown for the criterion they answer, and each press is one stored answer.
     for number, key in enumerate(("1", "t", "2")):
         page.get_by_text(f"Keys for {criteria[number]}: 1 Response 1 is better · T Tie · 2 Response 2 is better · "
                          "S skip item").wait_for()
-        settle(page)
+        keys_answer(first, criteria[number])
         page.keyboard.press(key)
     page.get_by_text("1 of 6 done · item 2 of 6").wait_for()
-    settle(page)
-    page.get_by_text(f"Keys for {criteria[0]}").wait_for()
+    keys_answer(second, criteria[0])
     page.keyboard.press("s")
     page.get_by_text("1 of 6 done · item 3 of 6 · 1 skipped or flagged").wait_for()
-    # A key typed into a text field is text, not a choice.
+    # A key typed into a text field is text, not a choice; out of it, the key answers again.
     settle(page)
     page.get_by_label("Comment (optional)").type("2")
-    page.get_by_text(f"Keys for {criteria[0]}").wait_for()
+    page.evaluate("document.activeElement.blur()")  # leaving the field saves the comment
+    settle(page)
+    keys_answer(third, criteria[0])
+    page.keyboard.press("1")
+    page.get_by_text(f"Keys for {criteria[1]}").wait_for()
 
-    store = current_store()
     rows = [(r.criterion, r.value) for r in store.annotations(task["id"])]
-    assert rows == [*zip(criteria, ("left", "tie", "right"), strict=True), ("skip", "skipped")]
+    assert rows == [*zip(criteria, ("left", "tie", "right"), strict=True), ("skip", "skipped"), ("comment", "2"),
+                    (criteria[0], "left")]

@@ -37,4 +37,5 @@ page.medevalShortcuts = (event) => {{
   if (button && !button.disabled) {{ event.preventDefault(); button.click(); }}
 }};
 page.document.addEventListener("keydown", page.medevalShortcuts);
+page.medevalShortcutTargets = targets;  // which buttons the keys click now (read by the browser test)
 </script>""", height=0)
