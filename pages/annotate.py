@@ -9,6 +9,7 @@ import streamlit as st
 
 from medeval_core.annotation import answers
 from medeval_core.annotation.gate import require_annotator
+from medeval_core.annotation.shortcuts import CHOICE_KEYS, SKIP_KEY, bind_keys
 from medeval_core.annotation.tasks import COMMENT, TaskKind
 from medeval_core.context import current_store
 from medeval_core.transcript import reasoned
@@ -93,7 +94,9 @@ if cursor_key not in st.session_state:
 index = min(int(st.session_state[cursor_key]), len(items) - 1)
 item = items[index]
 done = sum(i.complete for i in items)
-st.progress(done / len(items), text=f"{done} of {len(items)} done · item {item.number} of {len(items)}")
+set_aside = sum(not i.complete and not i.open for i in items)
+st.progress(done / len(items), text=f"{done} of {len(items)} done · item {item.number} of {len(items)}"
+                                    + (f" · {set_aside} skipped or flagged" if set_aside else ""))
 
 
 def go_to(position: int) -> None:
@@ -108,10 +111,27 @@ def choose(criterion: str, value: str) -> None:
         return
     given = {**item.answers, criterion: value}
     if all(c in given for c in task.criteria):
-        later = [i for i, other in enumerate(items) if not other.complete and other.item_id != item.item_id]
-        following = [i for i in later if i > index] or later
-        if following:
-            go_to(following[0])
+        move_on()
+
+
+def move_on() -> None:
+    following = answers.next_open(items, index)
+    if following is not None:
+        go_to(following)
+
+
+def skip() -> None:
+    answers.skip_item(store, me.name, item.item_id)
+    move_on()
+
+
+def flag() -> None:
+    try:
+        answers.flag_item(store, me.name, item.item_id, st.session_state.get(f"flag-reason-{item.item_id}", ""))
+    except answers.AnswerError as exc:
+        st.session_state["annotate-error"] = str(exc)
+        return
+    move_on()
 
 
 def save_comment() -> None:
@@ -124,8 +144,13 @@ if error := st.session_state.pop("annotate-error", None):
 back, status, forward = st.columns([1, 3, 1])
 back.button("← Previous", disabled=index == 0, on_click=go_to, args=(index - 1,), width="stretch")
 forward.button("Next →", disabled=index >= len(items) - 1, on_click=go_to, args=(index + 1,), width="stretch")
-status.caption("Answered: your choices are saved as you click; change one by clicking another."
-               if item.complete else "Choose one option per criterion; the next item follows.")
+if item.flag is not None:
+    status.caption(f"You flagged this item: {item.flag}")
+elif item.skipped and not item.complete:
+    status.caption("You skipped this item; you can still answer it.")
+else:
+    status.caption("Answered: your choices are saved as you click; change one by clicking another."
+                   if item.complete else "Choose one option per criterion; the next item follows.")
 
 payload = item.payload
 if task.kind == TaskKind.PAIRWISE:
@@ -165,13 +190,28 @@ else:
         for name, value in payload["verdict"].items():
             st.text(f"{name}: {value}")
 
+# The keys answer the first criterion still unanswered, so a whole item can be done from the keyboard.
+keyed = next((criterion for criterion in task.criteria if criterion not in item.answers), None)
+bindings = {SKIP_KEY: f"skip-{item.item_id}"}
 for criterion in task.criteria:
     labels = CHOICE_LABELS.get(task.kind) or RATING_LABELS.get(criterion) or {v: v for v in task.choices}
+    if criterion == keyed:
+        keys = CHOICE_KEYS[task.kind]
+        st.caption("Keys for " + criterion + ": " + " · ".join(f"{keys[value]} {label}" for value, label
+                                                                  in labels.items()) + f" · {SKIP_KEY} skip item")
+        bindings |= {keys[value]: f"choose-{item.item_id}-{criterion}-{value}" for value in labels}
     choice_row(item, criterion, labels, choose)
+bind_keys(bindings)
 st.text_area("Comment (optional)", value=item.answers.get(COMMENT, ""), key=f"comment-{item.item_id}",
              on_change=save_comment, height=80)
 
+skip_column, flag_column = st.columns([1, 4])
+skip_column.button("Skip item", key=f"skip-{item.item_id}", on_click=skip, disabled=not item.open, width="stretch")
+with flag_column.expander("Flag this item for the administrator"):
+    st.text_input("Reason (what is wrong with the item)", key=f"flag-reason-{item.item_id}")
+    st.button("Flag item", key=f"flag-{item.item_id}", on_click=flag, disabled=item.flag is not None)
+
 # The next open item's image is read now, so it appears at once after the last click on this one.
-upcoming = next((other for other in items[index + 1:] if not other.complete), None)
+upcoming = next((other for other in items[index + 1:] if other.open), None)
 if upcoming is not None and (upcoming_case := upcoming.payload.get("case")) and upcoming_case.get("image"):
     image_bytes(upcoming_case["image"])

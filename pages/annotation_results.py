@@ -36,7 +36,7 @@ if report.win_rates:
     st.subheader("Win rate per criterion")
     st.caption("A's wins over the decisive answers, ties reported apart; each annotator's answer counts once.")
     st.dataframe(pd.DataFrame([
-        {"criterion": w.criterion, "A": w.system_a, "B": w.system_b, "A wins": w.a_wins, "B wins": w.b_wins,
+        {"criterion": w.criterion, "A": w.label_a, "B": w.label_b, "A wins": w.a_wins, "B wins": w.b_wins,
          "ties": w.ties, "A win rate": None if w.a_win_rate is None else round(w.a_win_rate, 4),
          "95% Wilson": interval(w.interval)} for w in report.win_rates
     ]), hide_index=True, width="stretch")

@@ -7,6 +7,7 @@ import streamlit as st
 from medeval_core.annotation.accounts import list_annotators
 from medeval_core.annotation.gate import require_annotator
 from medeval_core.annotation.items import ItemError, system_name
+from medeval_core.annotation.report import annotator_progress, item_flags
 from medeval_core.annotation.tasks import (
     DEFAULT_PAIRWISE_CRITERIA,
     Assignment,
@@ -85,3 +86,14 @@ if tasks:
          "annotators": ", ".join(t.config.get("annotators", [])), "per item": t.config.get("per_item"),
          "seed": t.config.get("seed"), "created": t.created_at} for t in reversed(tasks)
     ]), hide_index=True, width="stretch")
+
+    st.subheader("Progress per annotator")
+    st.dataframe(pd.DataFrame([
+        {"task": t.title, "annotator": p.annotator, "done": p.done, "skipped": p.skipped, "flagged": p.flagged,
+         "remaining": p.remaining, "assigned": p.assigned}
+        for t in reversed(tasks) for p in annotator_progress(store, t.id)
+    ]), hide_index=True, width="stretch")
+    flags = [flag for t in reversed(tasks) for flag in item_flags(store, t.id)]
+    if flags:
+        st.subheader("Flagged items")
+        st.dataframe(pd.DataFrame([f.model_dump() for f in flags]), hide_index=True, width="stretch")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from medeval_core.annotation import answers
 from medeval_core.annotation.report import task_report
 from medeval_core.context import current_store
 from tests.annotation_fixtures import PASSCODES, SECRET_NAMES, SeededRuns, create_task
@@ -101,7 +102,7 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
         admin.get_by_test_id("stSidebarNav").get_by_text("Annotation results").click()
         admin.get_by_role("heading", name="Annotation results").wait_for()
         # Unblinded for the administrator (the data grid draws on a canvas; its cells are in the DOM, hidden).
-        admin.get_by_text("vlm-alpha-7b (ddi-alpha-run)").first.wait_for(state="attached")
+        admin.get_by_text("DDI open: model run · vlm-alpha-7b", exact=True).first.wait_for(state="attached")
         assert admin.get_by_test_id("stSidebarNav").get_by_text("Batch runs").count() == 1
     finally:
         admin_context.close()
@@ -110,3 +111,44 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
     assert report.current_answers == 9 and report.assignments_done == 3
     assert [w.a_wins + w.b_wins + w.ties for w in report.win_rates] == [3, 3, 3]
     assert [w.ties for w in report.win_rates] == [0, 3, 0]
+
+
+@pytest.mark.browser
+def test_keyboard_shortcuts_answer_and_skip_in_chromium(streamlit_app, page, seeded: SeededRuns,
+                                                        isolated_store: str) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "dr.ada",
+                       "--seed", "12")
+    url = streamlit_app(MEDEVAL_DB_URL=isolated_store)
+    page.set_viewport_size({"width": 1366, "height": 1400})
+    sign_in(page, url, "dr.ada")
+    criteria = task["criteria"]
+    store = current_store()
+    first, second, third = (item.item_id for item in answers.my_items(store, "dr.ada", task["id"])[:3])
+
+    def keys_answer(item_id: str, criterion: str) -> None:
+        """Wait until the page's listener is this rerun's (its component loads after the rest of the page)."""
+        page.wait_for_function("(widget) => Object.values(window.medevalShortcutTargets || {}).includes(widget)",
+                               arg=f"choose-{item_id}-{criterion}-left")
+
+    # The keys are shown for the criterion they answer, and each press is one stored answer.
+    for number, key in enumerate(("1", "t", "2")):
+        page.get_by_text(f"Keys for {criteria[number]}: 1 Response 1 is better · T Tie · 2 Response 2 is better · "
+                         "S skip item").wait_for()
+        keys_answer(first, criteria[number])
+        page.keyboard.press(key)
+    page.get_by_text("1 of 6 done · item 2 of 6").wait_for()
+    keys_answer(second, criteria[0])
+    page.keyboard.press("s")
+    page.get_by_text("1 of 6 done · item 3 of 6 · 1 skipped or flagged").wait_for()
+    # A key typed into a text field is text, not a choice; out of it, the key answers again.
+    settle(page)
+    page.get_by_label("Comment (optional)").type("2")
+    page.evaluate("document.activeElement.blur()")  # leaving the field saves the comment
+    settle(page)
+    keys_answer(third, criteria[0])
+    page.keyboard.press("1")
+    page.get_by_text(f"Keys for {criteria[1]}").wait_for()
+
+    rows = [(r.criterion, r.value) for r in store.annotations(task["id"])]
+    assert rows == [*zip(criteria, ("left", "tie", "right"), strict=True), ("skip", "skipped"), ("comment", "2"),
+                    (criteria[0], "left")]

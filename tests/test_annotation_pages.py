@@ -13,6 +13,8 @@ from medeval_core.annotation import answers, tasks
 from medeval_core.catalog import ANNOTATION_PAGES, pages
 from medeval_core.context import current_store
 from tests.annotation_fixtures import (
+    MODEL_A,
+    MODEL_B,
     PASSCODES,
     SECRET_NAMES,
     SeededRuns,
@@ -210,3 +212,56 @@ def test_the_optional_comment_is_stored_as_its_own_answer(seeded: SeededRuns) ->
     [row] = current_store().annotations(task["id"])
     assert (row.criterion, row.value, row.annotator) == (tasks.COMMENT, "Response 2 misses the subtype.", "dr.ada")
     assert app.progress[0].proto.text.startswith("0 of 6 done")  # a comment is not a judgement
+
+
+def test_skip_and_flag_take_items_out_of_the_queue_and_reach_the_administrator(seeded: SeededRuns) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators",
+                       "dr.ada,dr.bo", "--seed", "21")
+    store = current_store()
+    first, second = answers.my_items(store, "dr.ada", task["id"])[:2]
+    app = signed_in(ANNOTATE, "dr.ada")
+    app.button(key=f"skip-{first.item_id}").click().run()
+    assert not app.exception
+    assert app.progress[0].proto.text.startswith("0 of 6 done · item 2 of 6 · 1 skipped or flagged")
+    # A flag needs a reason: without one nothing is stored and the annotator is told what to do.
+    app.button(key=f"flag-{second.item_id}").click().run()
+    assert [e.value for e in app.error] == ["Say why you flag this item, so the administrator can act on it."]
+    app.text_input(key=f"flag-reason-{second.item_id}").input("The image is of the wrong lesion.")
+    app.button(key=f"flag-{second.item_id}").click().run()
+    assert app.progress[0].proto.text.startswith("0 of 6 done · item 3 of 6 · 2 skipped or flagged")
+    # Both are appended rows, not overwrites; a reload resumes after them.
+    rows = [(r.criterion, r.value) for r in store.annotations(task["id"])]
+    assert rows == [(tasks.SKIP, "skipped"), (tasks.FLAG, "The image is of the wrong lesion.")]
+    assert signed_in(ANNOTATE, "dr.ada").progress[0].proto.text.startswith("0 of 6 done · item 3 of 6")
+    third = answers.my_items(store, "dr.ada", task["id"])[2]
+    for criterion in task["criteria"]:
+        answers.record_answer(store, "dr.ada", third.item_id, criterion, "tie")
+
+    admin = signed_in(TASKS_PAGE, "admin.eve")
+    assert not admin.exception
+    assert [s.value for s in admin.subheader] == ["Tasks", "Progress per annotator", "Flagged items"]
+    progress = admin.dataframe[1].value
+    assert progress.to_dict("records") == [
+        {"task": "Which response is better?", "annotator": "dr.ada", "done": 1, "skipped": 1, "flagged": 1,
+         "remaining": 3, "assigned": 6},
+        {"task": "Which response is better?", "annotator": "dr.bo", "done": 0, "skipped": 0, "flagged": 0,
+         "remaining": 6, "assigned": 6}]
+    flags = admin.dataframe[2].value
+    assert list(flags["annotator"]) == ["dr.ada"] and list(flags["item_id"]) == [second.item_id]
+    assert list(flags["reason"]) == ["The image is of the wrong lesion."]
+    # Skips and flags are not judgements: the results count none of them.
+    results = signed_in(RESULTS, "admin.eve")
+    assert list(results.dataframe[0].value["ties"]) == [1, 1, 1]
+
+
+def test_results_name_runs_by_their_labels_not_their_ids(seeded: SeededRuns) -> None:
+    task = create_task("pairwise", "--run-a", seeded.run_a, "--run-b", seeded.run_b, "--annotators", "dr.ada")
+    store = current_store()
+    store.update_run(seeded.run_a, label="Alpha, first prompt")
+    results = signed_in(RESULTS, "admin.eve")
+    results.selectbox(key="results-task").set_value(task["id"]).run()
+    frame = results.dataframe[0].value
+    # Each run shows its label beside its model (the default labels are alike), never its id.
+    assert set(frame["A"]) == {f"Alpha, first prompt · {MODEL_A}"}
+    assert set(frame["B"]) == {f"DDI open: model run · {MODEL_B}"}
+    assert not [name for name in (seeded.run_a, seeded.run_b) if name in rendered(results)]

@@ -1,5 +1,7 @@
 """An annotator's queue and answers. Answers are appended, never overwritten: changing one stores a new row that
 names the row it supersedes, with its own time; the newest row per annotator, item and criterion is current.
+Skipping or flagging an item (with a reason) is stored the same way, under the reserved criteria ``skip`` and
+``flag``; either takes the item out of the annotator's queue of open items.
 
 Everything here reads one annotator's own rows only, so nobody is shown another annotator's answer.
 """
@@ -12,12 +14,13 @@ from typing import Any
 from pydantic import BaseModel
 from sqlmodel import col, select
 
-from medeval_core.annotation.tasks import CHOICES, COMMENT, Task, TaskKind, get_task, task_record
+from medeval_core.annotation.tasks import CHOICES, COMMENT, FLAG, SKIP, Task, TaskKind, get_task, task_record
 from medeval_core.records import Annotation
 from medeval_core.store import AnnotationRow, Store
 from medeval_core.store.annotation_tables import AnnotationAssignmentRow, AnnotationItemRow, AnnotationTaskRow
 
 MAX_COMMENT_CHARS = 4000
+SKIPPED = "skipped"
 
 
 class AnswerError(Exception):
@@ -44,6 +47,20 @@ class QueueItem(BaseModel):
     answers: dict[str, str]
     """This annotator's current answers, by criterion (the comment under ``COMMENT``)."""
     complete: bool
+
+    @property
+    def skipped(self) -> bool:
+        return SKIP in self.answers
+
+    @property
+    def flag(self) -> str | None:
+        """The reason this annotator flagged the item with (None: not flagged)."""
+        return self.answers.get(FLAG)
+
+    @property
+    def open(self) -> bool:
+        """Still in the queue: neither answered in full, nor skipped, nor flagged."""
+        return not (self.complete or self.skipped or self.flag is not None)
 
 
 def current_rows(rows: Sequence[AnnotationRow]) -> dict[tuple[str, str, str], AnnotationRow]:
@@ -106,8 +123,15 @@ def my_items(store: Store, annotator: str, task_id: str) -> list[QueueItem]:
 
 
 def first_open(items: Sequence[QueueItem]) -> int:
-    """Index of the first item still to answer (the last item when all are done)."""
-    return next((i for i, item in enumerate(items) if not item.complete), max(len(items) - 1, 0))
+    """Index of the first item still to answer (the last item when none is open)."""
+    return next((i for i, item in enumerate(items) if item.open), max(len(items) - 1, 0))
+
+
+def next_open(items: Sequence[QueueItem], index: int) -> int | None:
+    """The open item after ``index`` (wrapping round to earlier ones), None when no other is open."""
+    others = [i for i, item in enumerate(items) if item.open and i != index]
+    following = [i for i in others if i > index] or others
+    return following[0] if following else None
 
 
 def record_answer(store: Store, annotator: str, item_id: str, criterion: str, value: str) -> AnnotationRow | None:
@@ -121,6 +145,12 @@ def record_answer(store: Store, annotator: str, item_id: str, criterion: str, va
     task: Task = get_task(store, item.task_id)
     if criterion == COMMENT:
         value = value.strip()[:MAX_COMMENT_CHARS]
+    elif criterion == SKIP:
+        value = SKIPPED
+    elif criterion == FLAG:
+        value = value.strip()[:MAX_COMMENT_CHARS]
+        if not value:
+            raise AnswerError("Say why you flag this item, so the administrator can act on it.")
     elif criterion not in task.criteria:
         raise AnswerError(f"{criterion!r} is not a criterion of this task.")
     elif value not in CHOICES[task.kind]:
@@ -133,3 +163,13 @@ def record_answer(store: Store, annotator: str, item_id: str, criterion: str, va
         return None
     return store.add_annotation(Annotation(item_id=item_id, annotator=annotator, task=task.id, criterion=criterion,
                                            value=value, supersedes_id=previous.id if previous else None))
+
+
+def skip_item(store: Store, annotator: str, item_id: str) -> AnnotationRow | None:
+    """Pass on an item: it leaves the queue unanswered (the administrator sees it as skipped)."""
+    return record_answer(store, annotator, item_id, SKIP, SKIPPED)
+
+
+def flag_item(store: Store, annotator: str, item_id: str, reason: str) -> AnnotationRow | None:
+    """Flag an item for the administrator with a reason (required); it leaves the queue."""
+    return record_answer(store, annotator, item_id, FLAG, reason)

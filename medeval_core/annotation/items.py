@@ -130,11 +130,25 @@ def run_secrets(store: Store, run: RunRow) -> set[str]:
     return secrets
 
 
+def _model_or_agent(run: RunRow) -> str:
+    params = RunConfig.model_validate(run.config).params
+    return next((params[key] for key in ("model", "agent") if isinstance(params.get(key), str) and params[key]), "")
+
+
 def system_name(run: RunRow) -> str:
     """The name an administrator's report gives a run's system: its model or agent, and the run id."""
-    params = RunConfig.model_validate(run.config).params
-    named = next((params[key] for key in ("model", "agent") if isinstance(params.get(key), str) and params[key]), "")
+    named = _model_or_agent(run)
     return f"{named} ({run.id})" if named else (f"{run.label} ({run.id})" if run.label else run.id)
+
+
+def run_title(run: RunRow) -> str:
+    """What the results page calls a run: its label and its model or agent (default labels such as "DDI open:
+    model run" are the same for every model); the id only when it has neither."""
+    named = _model_or_agent(run)
+    parts = [run.label] if run.label else []
+    if named and named not in run.label:
+        parts.append(named)
+    return " · ".join(parts) or run.id
 
 
 def patient_system(run: RunRow) -> str:

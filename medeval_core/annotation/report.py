@@ -18,7 +18,17 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, func, select
 
 from medeval_core.annotation.answers import current_rows
-from medeval_core.annotation.tasks import COMMENT, PATIENT_CRITERIA, Task, TaskKind, get_task, task_items
+from medeval_core.annotation.items import run_title
+from medeval_core.annotation.tasks import (
+    FLAG,
+    NOT_CRITERIA,
+    PATIENT_CRITERIA,
+    SKIP,
+    Task,
+    TaskKind,
+    get_task,
+    task_items,
+)
 from medeval_core.metrics.stats import cohens_kappa, krippendorff_alpha, wilson_interval
 from medeval_core.store import AnnotationRow, Store
 from medeval_core.store.annotation_tables import AnnotationAssignmentRow
@@ -37,6 +47,9 @@ class WinRate(BaseModel):
     """A's wins over the decisive answers (ties excluded); None without any."""
     interval: tuple[float, float] | None = None
     """Wilson 95 % interval of ``a_win_rate``."""
+    label_a: str = ""
+    label_b: str = ""
+    """The runs' labels as the results page shows them (``run_title``; the system name once a run is deleted)."""
 
 
 class Agreement(BaseModel):
@@ -95,6 +108,30 @@ class AnnotationReport(BaseModel):
     ratings: list[RatingMean] = Field(default_factory=list)
 
 
+class AnnotatorProgress(BaseModel):
+    """One annotator's standing on one task. Each assigned item counts once: flagged (whatever else was given),
+    else done (every criterion answered), else skipped, else remaining."""
+
+    task_id: str
+    annotator: str
+    assigned: int
+    done: int
+    skipped: int
+    flagged: int
+    remaining: int
+
+
+class ItemFlag(BaseModel):
+    """An item an annotator flagged, with their reason (the newest, when they flagged it again)."""
+
+    task_id: str
+    item_id: str
+    case_id: str
+    annotator: str
+    reason: str
+    flagged_at: str
+
+
 class ExportRow(BaseModel):
     annotation_id: int
     created_at: str
@@ -116,7 +153,7 @@ class ExportRow(BaseModel):
 
 def _resolved(task: Task, key: dict[str, Any], row: AnnotationRow) -> tuple[str, str, str]:
     """(resolved value, system, judge call) of one answer, from the item's hidden key."""
-    if row.criterion == COMMENT:
+    if row.criterion in NOT_CRITERIA:
         return "", "", ""
     if task.kind == TaskKind.PAIRWISE:
         resolved = "tie" if row.value == "tie" else str(key[row.value])
@@ -176,13 +213,16 @@ def _kappa(first: Sequence[str], second: Sequence[str]) -> float:
     return cohens_kappa(first, second)
 
 
-def win_rates(task: Task, answers: Sequence[ExportRow]) -> list[WinRate]:
+def win_rates(store: Store, task: Task, answers: Sequence[ExportRow]) -> list[WinRate]:
+    labels = {side: run_title(run) if (run := store.find_run(run_id)) is not None else task.config["systems"][side]
+              for side, run_id in task.config["runs"].items()}
     out = []
     for criterion in task.criteria:
         counts = Counter(row.resolved for row in answers if row.criterion == criterion)
         a, b, ties = counts["A"], counts["B"], counts["tie"]
         out.append(WinRate(criterion=criterion, system_a=task.config["systems"]["A"],
-                           system_b=task.config["systems"]["B"], a_wins=a, b_wins=b, ties=ties,
+                           system_b=task.config["systems"]["B"], label_a=labels["A"], label_b=labels["B"],
+                           a_wins=a, b_wins=b, ties=ties,
                            a_win_rate=a / (a + b) if a + b else None,
                            interval=wilson_interval(a, a + b) if a + b else None))
     return out
@@ -268,7 +308,7 @@ def rating_means(answers: Sequence[ExportRow]) -> list[RatingMean]:
 def task_report(store: Store, task_id: str) -> AnnotationReport:
     task = get_task(store, task_id)
     rows = export_rows(store, task_id)
-    answers = [row for row in rows if row.current and row.criterion != COMMENT]
+    answers = [row for row in rows if row.current and row.criterion not in NOT_CRITERIA]
     with store.session() as session:
         assignments = session.exec(select(func.count()).select_from(AnnotationAssignmentRow)
                                    .where(AnnotationAssignmentRow.task_id == task_id)).one()
@@ -279,9 +319,38 @@ def task_report(store: Store, task_id: str) -> AnnotationReport:
         assignments_done=sum(count == len(task.criteria) for count in answered.values()),
         annotation_rows=len(rows), current_answers=len(answers), agreement=agreement(task, answers))
     if task.kind == TaskKind.PAIRWISE:
-        report.win_rates = win_rates(task, answers)
+        report.win_rates = win_rates(store, task, answers)
     elif task.kind == TaskKind.JUDGE_REVIEW:
         report.judge_agreement = judge_agreement(answers)
     else:
         report.ratings = rating_means(answers)
     return report
+
+
+def annotator_progress(store: Store, task_id: str) -> list[AnnotatorProgress]:
+    """Done, skipped, flagged and remaining items per annotator of a task, by annotator name."""
+    task = get_task(store, task_id)
+    with store.session() as session:
+        assigned = list(session.exec(select(AnnotationAssignmentRow.annotator, AnnotationAssignmentRow.item_id)
+                                     .where(AnnotationAssignmentRow.task_id == task_id)))
+        rows = list(session.exec(select(AnnotationRow).where(AnnotationRow.task == task_id)))
+    given: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for annotator, item_id, criterion in current_rows(rows):
+        given[(annotator, item_id)].add(criterion)
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for annotator, item_id in assigned:
+        criteria = given[(annotator, item_id)]
+        state = ("flagged" if FLAG in criteria else "done" if set(task.criteria) <= criteria
+                 else "skipped" if SKIP in criteria else "remaining")
+        counts[annotator][state] += 1
+    return [AnnotatorProgress(task_id=task_id, annotator=name, assigned=counts[name].total(),
+                              done=counts[name]["done"], skipped=counts[name]["skipped"],
+                              flagged=counts[name]["flagged"], remaining=counts[name]["remaining"])
+            for name in sorted(counts)]
+
+
+def item_flags(store: Store, task_id: str) -> list[ItemFlag]:
+    """Every item flagged on a task with the annotator's reason, oldest first."""
+    return [ItemFlag(task_id=task_id, item_id=row.item_id, case_id=row.case_id, annotator=row.annotator,
+                     reason=row.value, flagged_at=row.created_at)
+            for row in export_rows(store, task_id) if row.current and row.criterion == FLAG]

@@ -53,6 +53,12 @@ PATIENT_CRITERIA = ("truthfulness", "relevance")
 JUDGE_CRITERION = "judge verdict"
 COMMENT = "comment"
 """The optional free-text answer beside an item's criteria; never counted in the statistics."""
+SKIP = "skip"
+"""An annotator passed on an item (value ``skipped``): it leaves their queue, unanswered."""
+FLAG = "flag"
+"""An annotator flagged an item for the administrator (value: their reason): it leaves their queue."""
+NOT_CRITERIA = (COMMENT, SKIP, FLAG)
+"""Rows of ``annotations`` that are not judgements: stored the same way (appended), never counted."""
 
 CHOICES: dict[TaskKind, tuple[str, ...]] = {
     TaskKind.PAIRWISE: ("left", "tie", "right"),
@@ -124,8 +130,9 @@ def _save(store: Store, kind: TaskKind, title: str, criteria: Sequence[str], con
     if not items:
         raise ItemError("These runs give no items to annotate; check that they finished the same cases.")
     clean_criteria = list(dict.fromkeys(c.strip() for c in criteria if c.strip()))
-    if not clean_criteria or COMMENT in clean_criteria:
-        raise ItemError(f"Give at least one criterion (and not {COMMENT!r}, which is the free-text field).")
+    if not clean_criteria or set(NOT_CRITERIA) & set(clean_criteria):
+        raise ItemError(f"Give at least one criterion (and none of {', '.join(NOT_CRITERIA)}, which the queue "
+                        "uses itself).")
     blinded = [(case_id, blinder.scrub(payload), key) for case_id, payload, key in items]
     for _, payload, _ in blinded:
         if blinder.leaks(payload):
