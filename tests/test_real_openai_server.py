@@ -142,9 +142,11 @@ def test_sdbench_llm_gatekeeper_with_replayed_agent(server: Server, tmp_path: Pa
         replay_line(case_id, ("question", "Any fever?"), ("test", "Complete blood count"),
                     ("diagnosis", "Myasthenia gravis")) for case_id in case_ids
     ])
-    _, summary = run_cli(
+    run_cli(
         isolated_store, role_env(server, "gatekeeper"), "run", "sdbench", "--cases", str(cases),
         "--agent", "replay", "--actions", str(actions), "--gatekeeper", "llm", "--judge", "offline",
         "--case-ids", *case_ids,
     )
-    assert_every_case_settled(isolated_store, summary["run_id"], 2)
+    with sqlite3.connect(isolated_store.removeprefix("sqlite:///")) as connection:
+        (run_id,), = connection.execute("SELECT id FROM runs").fetchall()
+    assert_every_case_settled(isolated_store, run_id, 2)
