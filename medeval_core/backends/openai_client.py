@@ -25,6 +25,15 @@ CallRecorder = Callable[[ModelCall], None]
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
 
 
+def status_error_text(exc: openai.APIStatusError) -> str:
+    """The SDK's message plus the server's own reason: the SDK keeps only an ``{"error": ...}`` body, so the
+    ``{"detail": ...}`` body of FastAPI servers (``transformers serve``, HTTP 422 "Unexpected fields in the
+    request") would otherwise be lost, leaving a bare status code. Redacted: a body can echo the key."""
+    detail = exc.body.get("detail") if isinstance(exc.body, dict) else None
+    text = exc.message if detail is None or str(detail) in exc.message else f"{exc.message} - {detail}"
+    return redact(text)
+
+
 class CompletionClient:
     def __init__(
         self,
@@ -99,7 +108,7 @@ class CompletionClient:
         except openai.APIStatusError as exc:
             raise self.error(
                 f"The endpoint {self.base_url} answered HTTP {exc.status_code} for model {self.model!r}: "
-                f"{redact(exc.message)}"
+                f"{status_error_text(exc)}"
             ) from exc
         if not response.choices or response.choices[0].message.content is None:
             raise self.error(f"The endpoint {self.base_url} returned no text for model {self.model!r}.")

@@ -18,6 +18,7 @@ from openai import OpenAI
 from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
+from medeval_core.backends.openai_client import status_error_text
 from medeval_core.benchmark import messages_sha256
 from medeval_core.files import json_value
 from medeval_core.judges.ddi import (
@@ -104,7 +105,8 @@ def is_retryable(exc: BaseException) -> bool:
 
 def describe(exc: BaseException, limit: int = 500) -> str:
     """One line for the stored attempt and the error raised: a provider's body can echo the key, so redacted."""
-    text = redact(f"{type(exc).__name__}: {exc}")
+    reason = status_error_text(exc) if isinstance(exc, openai.APIStatusError) else redact(str(exc))
+    text = f"{type(exc).__name__}: {reason}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -187,8 +189,19 @@ class OpenAIDdiJudge:
                     verdict = self._attempt(body, tokens, attempts, on_attempt, on_call)
         except (openai.OpenAIError, InvalidVerdictError) as exc:
             kind = "after" if is_retryable(exc) else "(not retryable) after"
-            raise JudgeError(f"No valid verdict {kind} {attempts} attempt(s): {describe(exc)}") from exc
+            raise JudgeError(f"No valid verdict {kind} {attempts} attempt(s): {describe(exc)}"
+                             f"{self._extra_body_hint(exc)}") from exc
         return verdict
+
+    def _extra_body_hint(self, exc: Exception) -> str:
+        """A refused request that carries the protocol's provider-specific ``extra_body`` fields (DashScope's
+        ``enable_thinking``) says where they come from, since servers that validate the body (``transformers
+        serve``) refuse unknown fields with HTTP 400/422; the protocol's fields are never dropped silently."""
+        if not self.request.extra_body or getattr(exc, "status_code", None) not in (400, 422):
+            return ""
+        return (f"; the request carried the judge settings' extra_body fields {sorted(self.request.extra_body)}, "
+                "which this server may not accept; use an endpoint that accepts them or a judge settings file "
+                "without them.")
 
     def _attempt(self, body: dict[str, Any], tokens: int, number: int, on_attempt: AttemptCallback | None,
                  on_call: CallCallback | None = None) -> DdiVerdict:
