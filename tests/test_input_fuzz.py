@@ -124,7 +124,8 @@ INPUTS = [
         str(t / "sdbench_actions.jsonl"), "--gatekeeper", "offline", "--judge", "offline", "--prices", str(f)],
         csv=True),
     InputFile("ddxplus patients csv", lambda d: csv_lines(sample_csv()), lambda f, t: [
-        "run", "ddxplus", "--patients", str(f), "--kb", str(ddxplus_dir()), "--agent", "kb-bayes"], csv=True),
+        "run", "ddxplus", "--patients", str(f), "--kb", str(ddxplus_dir()), "--agent", "kb-bayes", "--train",
+        str(t / "ddxplus_train.csv")], csv=True),
 ]
 
 
@@ -140,6 +141,7 @@ def companions(tmp_path: Path, data_dir: Path) -> None:
     jsonl(tmp_path / "dynamicare_actions.jsonl", DOCTOR)
     jsonl(tmp_path / "hitk_truth.jsonl", [{"case_id": i, "codes": ["401.9"]} for i in (1, 2, 3)])
     jsonl(tmp_path / "hitk_predictions.jsonl", [{"case_id": i, "predictions": ["hypertension"]} for i in (1, 2, 3)])
+    (tmp_path / "ddxplus_train.csv").write_text("\n".join(csv_lines(sample_csv(), 20)) + "\n", encoding="utf-8")
     (tmp_path / "images").mkdir()
     Image.new("RGB", (32, 32), "red").save(tmp_path / "images" / "lesion.png")
 
@@ -245,4 +247,4 @@ def test_skip_bad_lines_runs_the_good_lines_and_records_the_skipped_one(
     summary = service.stored_summary(store, "skipping")
     assert summary.counts.done + summary.counts.failed == len(good) - 1
     notes = " ".join(summary.notes)
-    assert "line 2" in notes and "line 3" in notes, notes
+    assert "skipped" in notes and re.search(r"\blines? 2\b.*\b3\b", notes), notes
