@@ -18,6 +18,7 @@ from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.dynamicare.benchmark import build_params
 from medeval_core.benchmarks.dynamicare.cases import (
+    RecordFileError,
     agentclinic_case,
     import_agentclinic,
     load_records,
@@ -87,8 +88,13 @@ def test_agentclinic_importer_maps_each_diagnosis_and_keeps_the_confidence(tmp_p
     source = tmp_path / "agentclinic.jsonl"
     source.write_text("\n".join([*lines, "{broken"]) + "\n", encoding="utf-8")
     out = tmp_path / "records.jsonl"
+    # A line that is not JSON refuses the file by its number (issue 19), and nothing is written.
+    with pytest.raises(RecordFileError, match=r"agentclinic.jsonl line 4: not valid JSON"):
+        import_agentclinic([("ac", source)], out, mapper)
+    assert not out.exists()
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = import_agentclinic([("ac", source)], out, mapper)
-    assert report.written == 3 and [s.line for s in report.skipped] == [4]
+    assert report.written == 3 and report.skipped == []
     records = load_records(out).records
     first = records[0]
     assert first.case_id == "ac-1" and first.diagnosis == "Myasthenia gravis"
