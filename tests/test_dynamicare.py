@@ -136,13 +136,13 @@ def test_the_patient_never_gives_test_results_which_come_only_through_the_test_c
     consultation = Consultation(record, patient, mapper)
     assert consultation.start().objective == record.objective == consultation.view().objective
     step = consultation.step(Ask(text="REQUEST TEST: Acetylcholine receptor antibodies"))
-    assert step.observation.text.startswith("RESULTS: ")
-    assert "Acetylcholine Receptor Antibodies: Present (elevated)" in step.observation.text
+    assert step.observation.answer.startswith("RESULTS: ")
+    assert "Acetylcholine Receptor Antibodies: Present (elevated)" in step.observation.answer
     assert step.provenance["channel"] == "test" and step.provenance["patient"] == "measurement"
     absent = consultation.step(Ask(text="request test: lumbar puncture opening pressure"))
-    assert absent.observation.text == "RESULTS: NORMAL READINGS" and absent.provenance["channel"] == "test"
+    assert absent.observation.answer == "RESULTS: NORMAL READINGS" and absent.provenance["channel"] == "test"
     asked = consultation.step(Ask(text="When did the symptoms start?"))
-    assert asked.provenance["channel"] == "patient" and asked.observation.text == started.text
+    assert asked.provenance["channel"] == "patient" and asked.observation.answer == started.text
     assert len(consultation.replies) == 3  # a test request is a turn, as in AgentClinic
     with pytest.raises(EpisodeError, match="Name the test"):
         consultation.step(Ask(text="REQUEST TEST:  "))
