@@ -352,5 +352,5 @@ def test_import_records_validates_your_own_records(tmp_path, isolated_store):
     refused = subprocess.run([sys.executable, "-m", "medeval_core", "import-records", "--input", str(empty),
                               "--out", str(tmp_path / "none.jsonl")], cwd=REPO_ROOT, env=env, capture_output=True,
                              text=True, timeout=300)
-    assert refused.returncode == 2 and "has no valid records" in refused.stderr
-    assert not (tmp_path / "none.jsonl").exists()
+    assert refused.returncode == 2 and "empty.jsonl line 1: case_id must be a non-empty string" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and not (tmp_path / "none.jsonl").exists()
