@@ -18,6 +18,7 @@ from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.dynamicare.benchmark import build_params
 from medeval_core.benchmarks.dynamicare.cases import (
+    RecordFileError,
     agentclinic_case,
     import_agentclinic,
     load_records,
@@ -32,7 +33,7 @@ from medeval_core.benchmarks.dynamicare.doctors import (
 from medeval_core.benchmarks.dynamicare.interaction import Ask, Consultation, consult
 from medeval_core.benchmarks.dynamicare.patients import UNKNOWN, LLMRecordPatient, RecordRetrievalPatient
 from medeval_core.context import current_settings, current_store
-from medeval_core.icd9 import Icd9Mapper
+from medeval_core.icd9 import Icd9Mapper, display_code
 from medeval_core.interaction import EpisodeError
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
@@ -87,8 +88,13 @@ def test_agentclinic_importer_maps_each_diagnosis_and_keeps_the_confidence(tmp_p
     source = tmp_path / "agentclinic.jsonl"
     source.write_text("\n".join([*lines, "{broken"]) + "\n", encoding="utf-8")
     out = tmp_path / "records.jsonl"
+    # A line that is not JSON refuses the file by its number (issue 19), and nothing is written.
+    with pytest.raises(RecordFileError, match=r"agentclinic.jsonl line 4: not valid JSON"):
+        import_agentclinic([("ac", source)], out, mapper)
+    assert not out.exists()
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = import_agentclinic([("ac", source)], out, mapper)
-    assert report.written == 3 and [s.line for s in report.skipped] == [4]
+    assert report.written == 3 and report.skipped == []
     records = load_records(out).records
     first = records[0]
     assert first.case_id == "ac-1" and first.diagnosis == "Myasthenia gravis"
@@ -130,13 +136,13 @@ def test_the_patient_never_gives_test_results_which_come_only_through_the_test_c
     consultation = Consultation(record, patient, mapper)
     assert consultation.start().objective == record.objective == consultation.view().objective
     step = consultation.step(Ask(text="REQUEST TEST: Acetylcholine receptor antibodies"))
-    assert step.observation.text.startswith("RESULTS: ")
-    assert "Acetylcholine Receptor Antibodies: Present (elevated)" in step.observation.text
+    assert step.observation.answer.startswith("RESULTS: ")
+    assert "Acetylcholine Receptor Antibodies: Present (elevated)" in step.observation.answer
     assert step.provenance["channel"] == "test" and step.provenance["patient"] == "measurement"
     absent = consultation.step(Ask(text="request test: lumbar puncture opening pressure"))
-    assert absent.observation.text == "RESULTS: NORMAL READINGS" and absent.provenance["channel"] == "test"
+    assert absent.observation.answer == "RESULTS: NORMAL READINGS" and absent.provenance["channel"] == "test"
     asked = consultation.step(Ask(text="When did the symptoms start?"))
-    assert asked.provenance["channel"] == "patient" and asked.observation.text == started.text
+    assert asked.provenance["channel"] == "patient" and asked.observation.answer == started.text
     assert len(consultation.replies) == 3  # a test request is a turn, as in AgentClinic
     with pytest.raises(EpisodeError, match="Name the test"):
         consultation.step(Ask(text="REQUEST TEST:  "))
@@ -309,8 +315,8 @@ def test_open_diagnosis_page_maps_corrects_and_scores():
     assert next(m.value for m in reloaded.metric if m.label == "Questions asked") == "1 / 10"
     reloaded.text_area(key="od_ranked").set_value("1. Lambert-Eaton syndrome\n2. hypertension").run()
     boxes = [box for box in reloaded.text_input if box.label.endswith("ICD-9 code")]
-    assert boxes[1].value == "401"
     hypertension = Icd9Mapper().map("hypertension")
+    assert boxes[1].value == display_code(hypertension.code) and boxes[1].value.startswith("401")
     assert any(t.value.startswith("hypertension\n") and t.value.endswith(
         f"(how mapped: {hypertension.method}, score {hypertension.confidence:.2f})") for t in reloaded.text)
     boxes[0].set_value("358.00").run()  # the person corrects the first mapping to myasthenia gravis
@@ -321,7 +327,8 @@ def test_open_diagnosis_page_maps_corrects_and_scores():
     (result,) = context.current_store().results(walk_id)
     first = result.output["diagnoses"][0]
     assert (first["code"], first["method"]) == ("35800", "corrected") and result.output["num_questions"] == 1
-    table = reloaded.dataframe(key="od_result_table").value
+    # st.dataframe's key names no element in AppTest (a table without selection is not a widget): find it by column.
+    (table,) = [frame.value for frame in reloaded.dataframe if "how mapped" in frame.value.columns]
     assert table["how mapped"].tolist() == ["corrected", hypertension.method]
     assert table["score"].tolist() == [1.0, round(hypertension.confidence, 2)]
 
@@ -345,5 +352,5 @@ def test_import_records_validates_your_own_records(tmp_path, isolated_store):
     refused = subprocess.run([sys.executable, "-m", "medeval_core", "import-records", "--input", str(empty),
                               "--out", str(tmp_path / "none.jsonl")], cwd=REPO_ROOT, env=env, capture_output=True,
                              text=True, timeout=300)
-    assert refused.returncode == 2 and "has no valid records" in refused.stderr
-    assert not (tmp_path / "none.jsonl").exists()
+    assert refused.returncode == 2 and "empty.jsonl line 1: case_id must be a non-empty string" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and not (tmp_path / "none.jsonl").exists()

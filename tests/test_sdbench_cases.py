@@ -96,13 +96,16 @@ def test_case_format_validation_names_line_and_field(tmp_path):
     with pytest.raises(CaseFileError, match=r"line 2: field 'final_diagnosis'"):
         load_cases(path)
     path = write_jsonl(tmp_path / "dup.jsonl", [case_row("a"), case_row("a")])
-    with pytest.raises(CaseFileError, match=r"line 2: field 'id': 'a' appears twice"):
+    with pytest.raises(CaseFileError, match=r"line 2: field 'id': 'a' appears on an earlier line"):
         load_cases(path)
     extra = case_row("a")
     extra["findings"]["labs"] = {}
     with pytest.raises(CaseFileError, match=r"line 1: field 'findings.labs'"):
         load_cases(write_jsonl(tmp_path / "extra.jsonl", [extra]))
-    report = read_case_rows(write_jsonl(tmp_path / "user.jsonl", [case_row("a"), {"id": "b"}, case_row("a")]))
+    user = write_jsonl(tmp_path / "user.jsonl", [case_row("a"), {"id": "b"}, case_row("a")])
+    with pytest.raises(CaseFileError, match=r"user.jsonl line 2: field 'case_summary'.*--skip-bad-lines"):
+        read_case_rows(user)
+    report = read_case_rows(user, skip_bad_lines=True)
     assert [c.case_id for c in report.cases] == ["a"]
     assert [s.line for s in report.skipped] == [2, 3] and "case_summary" in report.skipped[0].reason
 
@@ -114,4 +117,4 @@ def test_users_jsonl_import_round_trips_and_agentclinic_files_load_directly(tmp_
     cases = load_cases(out)
     assert [(c.case_id, c.split) for c in cases] == [("nejm-1", "test"), ("nejm-2", "validation")]
     assert cases[0].findings.tests["Chest CT"].startswith("Normal")
-    assert len(load_any(agentclinic_file(data_dir))) == 107
+    assert len(load_any(agentclinic_file(data_dir)).cases) == 107

@@ -1070,9 +1070,25 @@ def load_patients(path: str | Path, kb: KnowledgeBase, limit: int | None = None)
             parsed = (_read_in_parts(path, kb) if limit is None else None) or _read_sequentially(path, kb, limit)
             if cached is not None:
                 cached.write(parsed)
-    except (UnicodeDecodeError, csv.Error, zipfile.BadZipFile, OSError) as exc:
+    except UnicodeDecodeError as exc:
+        raise PatientFileError(_not_utf8(path, exc)) from None
+    except (csv.Error, zipfile.BadZipFile, OSError) as exc:
         raise PatientFileError(f"{path} cannot be read as a patients file ({exc}).") from None
     return _assemble(kb, parsed)
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """The refusal of a CSV that is not UTF-8, naming its first such line: the parser decodes blocks, so its error
+    knows no line number; a zip's member is not searched."""
+    if not zipfile.is_zipfile(path):
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    return (f"{path} line {number} is not UTF-8 text (byte {bad.start + 1} of the line); save it as "
+                            "a UTF-8 CSV file.")
+    return f"{path} cannot be read as a patients file ({exc}); save it as a UTF-8 CSV file."
 
 
 # Below this size a parse takes a few milliseconds: no cache entry is worth its file.

@@ -108,7 +108,19 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
         except RecordFileError as exc:
             raise BenchmarkError(str(exc)) from None
 
+    def _actions(self, params: DynamicareParams) -> dict[str, ReplayLine] | None:
+        if params.doctor != "replay":
+            return None
+        if not params.actions:
+            raise BenchmarkError("A replay doctor needs --actions FILE (JSON Lines of actions per case).")
+        try:
+            return load_actions(params.actions)
+        except ActionFileError as exc:
+            raise BenchmarkError(str(exc)) from None
+
     def cases(self, params: DynamicareParams, settings: Settings) -> Sequence[PatientRecord]:
+        # The actions file is read here too, before any run is stored: a bad line refuses the command, not its cases.
+        self._actions(params)
         return self._load(params).records
 
     def input_files(self, params: DynamicareParams) -> dict[str, str]:
@@ -122,15 +134,7 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
         if params.doctor == "person":
             raise BenchmarkError("The person doctor acts on the open-diagnosis walkthrough page; a batch run needs "
                                  "--doctor llm, team or replay.")
-        actions = None
-        if params.doctor == "replay":
-            if not params.actions:
-                raise BenchmarkError("A replay doctor needs --actions FILE (JSON Lines of actions per case).")
-            try:
-                actions = load_actions(params.actions)
-            except ActionFileError as exc:
-                raise BenchmarkError(str(exc)) from None
-        return DynamicareSolver(params, actions)
+        return DynamicareSolver(params, self._actions(params))
 
     def scorers(self, params: DynamicareParams,
                 settings: Settings) -> Sequence[Scorer[PatientRecord, DynamicareOutput]]:

@@ -114,7 +114,19 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
         except MediqFileError as exc:
             raise BenchmarkError(str(exc)) from None
 
+    def _actions(self, params: MediqParams) -> dict[str, ReplayLine] | None:
+        if params.expert != "replay":
+            return None
+        if not params.actions:
+            raise BenchmarkError("A replay expert needs --actions FILE (JSON Lines of actions per case).")
+        try:
+            return load_actions(params.actions)
+        except ActionFileError as exc:
+            raise BenchmarkError(str(exc)) from None
+
     def cases(self, params: MediqParams, settings: Settings) -> Sequence[MediqCase]:
+        # The actions file is read here too, before any run is stored: a bad line refuses the command, not its cases.
+        self._actions(params)
         return self._load(params).cases
 
     def input_files(self, params: MediqParams) -> dict[str, str]:
@@ -127,15 +139,7 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
         if params.expert == "person":
             raise BenchmarkError("The person expert acts on the MEDIQ walkthrough page; a batch run needs --expert "
                                  "llm or replay.")
-        actions = None
-        if params.expert == "replay":
-            if not params.actions:
-                raise BenchmarkError("A replay expert needs --actions FILE (JSON Lines of actions per case).")
-            try:
-                actions = load_actions(params.actions)
-            except ActionFileError as exc:
-                raise BenchmarkError(str(exc)) from None
-        return MediqSolver(params, actions)
+        return MediqSolver(params, self._actions(params))
 
     def scorers(self, params: MediqParams, settings: Settings) -> Sequence[Scorer[MediqCase, MediqOutput]]:
         return (AccuracyScorer(),)
