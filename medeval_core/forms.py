@@ -232,6 +232,8 @@ def describe_validation_error(exc: ValidationError, specs: Mapping[str, FieldSpe
         field = next((part for part in location if specs and part in specs), location[-1] if location else "")
         label = specs[field].label if specs and field in specs else field.replace("_", " ")
         message = error["msg"].rstrip(".")
+        if error["type"] == "value_error":  # pydantic prefixes a validator's own sentence with "Value error, "
+            message = str(error.get("ctx", {}).get("error", message)).rstrip(".")
         if error["type"] == "missing":
             message = "is required; enter a value"
         sentences.append(f"{label}: {message}." if label else f"{message}.")

@@ -69,6 +69,8 @@ for backend in backends:
             st.rerun()
 
 st.subheader("Register a backend")
+REGISTER_FIELDS = ("model_role", "model_name", "model_base_url", "model_model", "model_key_env", "model_make_default",
+                   "model_test_first")
 kind = st.radio("Kind", list(KINDS), format_func=KINDS.get, horizontal=True, key="model_kind")
 with st.form("register_backend", clear_on_submit=False):
     role = st.selectbox("Role", roles, key="model_role", accept_new_options=True,
@@ -109,4 +111,6 @@ if submitted:
                 st.session_state["models_notice"] = (
                     f"Registered {saved.name} for {saved.role}" + (" as its default." if saved.is_default else ".")
                     + (f" {check.message()}" if check is not None else ""))
+                for field in REGISTER_FIELDS:  # a registered backend empties the form; a refused one keeps it to fix
+                    st.session_state.pop(field, None)
                 st.rerun()

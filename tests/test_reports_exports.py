@@ -196,12 +196,16 @@ def test_models_page_registers_tests_and_picks_defaults(isolated_store: str) -> 
         app.text_input(key="model_model").input("fake-model")
         app.text_input(key="model_key_env").input("sk-this-is-a-key")
         app.button[0].click().run()  # Register
-        assert any("NAME of the environment variable" in e.value.replace("\\", "") for e in app.error)
+        refusals = [e.value.replace("\\", "") for e in app.error]
+        assert any("NAME of the environment variable" in e for e in refusals)
+        assert not any("Value error" in e for e in refusals), refusals  # the sentence, without pydantic's prefix
+        assert app.text_input(key="model_name").value == "fake judge"  # a refused form keeps what was typed
         app.text_input(key="model_key_env").input("MY_JUDGE_KEY")
         app.button[0].click().run()
         assert not app.exception and not app.error, [e.value for e in app.error]
         assert len(server.chat_requests()) == 1  # tested with one request before saving
         assert any("Registered fake judge" in s.value.replace("\\", "") for s in app.success)
+        assert (app.text_input(key="model_name").value, app.text_input(key="model_model").value) == ("", "")
         in_use = app.dataframe[0].value.set_index("role")
         assert in_use.loc["judge", "model"] == "fake-model" and in_use.loc["judge", "key variable"] == "MY_JUDGE_KEY"
         [test] = [b for b in app.button if b.label == "Test"]
