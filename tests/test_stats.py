@@ -17,6 +17,15 @@ def test_wilson_interval_matches_the_closed_form() -> None:
     assert low == pytest.approx(0.5 - half, abs=1e-12) and high == pytest.approx(0.5 + half, abs=1e-12)
 
 
+def test_wilson_interval_agrees_with_statsmodels() -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    for successes, n, confidence in [(0, 1, 0.95), (1, 1, 0.95), (3, 7, 0.9), (81, 160, 0.95), (999, 1000, 0.99),
+                                     (12345, 20100, 0.95)]:
+        expected = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+        assert wilson_interval(successes, n, confidence) == pytest.approx(expected, abs=1e-12)
+
+
 def test_wilson_reproduces_the_skingpt_document() -> None:
     assert [round(v * 100, 2) for v in wilson_interval(72, 158)] == [38.00, 53.35]
     assert [round(v * 100, 2) for v in wilson_interval(81, 160)] == [42.95, 58.27]

@@ -6,13 +6,12 @@ Proportions are fractions (0-1) in and out; callers format percentages.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from statistics import NormalDist
 
-import krippendorff
 import numpy as np
-from scipy import stats as scipy_stats
-from sklearn.metrics import cohen_kappa_score
-from statsmodels.stats.contingency_tables import mcnemar as statsmodels_mcnemar
-from statsmodels.stats.proportion import proportion_confint
+
+# scipy, statsmodels, scikit-learn and krippendorff are imported by the functions that use them: together they cost
+# ~1.4 s, which every command importing this module (check-reported, summaries) would otherwise pay.
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -21,8 +20,10 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         raise ValueError(f"Need 0 <= successes <= n, got {successes}/{n}.")
     if n == 0:
         return 0.0, 1.0
-    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
-    return float(low), float(high)
+    # The closed form shared with wilson_intervals (statsmodels' proportion_confint(method="wilson") gives the same
+    # figures, as tests/test_stats.py checks), so a Wilson interval needs no scipy.
+    low, high = wilson_intervals([successes / n], [n], confidence)
+    return float(low[0]), float(high[0])
 
 
 def bootstrap_ci(
@@ -40,6 +41,8 @@ def bootstrap_ci(
         # scipy refuses degenerate samples; every resample has the same statistic, so the interval is a point.
         point = float(statistic(data))
         return point, point
+    from scipy import stats as scipy_stats
+
     result = scipy_stats.bootstrap(
         (data,),
         statistic,
@@ -61,13 +64,14 @@ def wilson_intervals(
     then taken with n = the number of cases, the independent units."""
     p = np.asarray(proportions, dtype=float)
     size = np.asarray(n, dtype=float)
-    z = float(scipy_stats.norm.ppf(0.5 + confidence / 2))
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         denominator = 1 + z * z / size
         centre = (p + z * z / (2 * size)) / denominator
         half = z * np.sqrt(p * (1 - p) / size + z * z / (4 * size * size)) / denominator
-        low = np.where(size > 0, np.clip(centre - half, 0.0, 1.0), 0.0)
-        high = np.where(size > 0, np.clip(centre + half, 0.0, 1.0), 1.0)
+        # At p = 0 (p = 1) the lower (upper) bound is exactly 0 (1); rounding would leave ~1e-17 off it.
+        low = np.where((size > 0) & (p > 0), np.clip(centre - half, 0.0, 1.0), 0.0)
+        high = np.where((size > 0) & (p < 1), np.clip(centre + half, 0.0, 1.0), 1.0)
     return low, high
 
 
@@ -124,6 +128,8 @@ def mcnemar_exact(
     only_a, only_b = int(table[0, 1]), int(table[1, 0])
     if only_a + only_b == 0:
         return only_a, only_b, 1.0
+    from statsmodels.stats.contingency_tables import mcnemar as statsmodels_mcnemar
+
     return only_a, only_b, float(statsmodels_mcnemar(table, exact=True).pvalue)
 
 
@@ -131,6 +137,8 @@ def cohens_kappa(rater_a: Sequence[str], rater_b: Sequence[str]) -> float:
     """Cohen's kappa between two annotators over the same items."""
     if len(rater_a) != len(rater_b) or not rater_a:
         raise ValueError("Cohen's kappa needs two equally long, non-empty rating lists.")
+    from sklearn.metrics import cohen_kappa_score
+
     return float(cohen_kappa_score(list(rater_a), list(rater_b)))
 
 
@@ -139,4 +147,6 @@ def krippendorff_alpha(
 ) -> float:
     """Krippendorff's alpha; ``ratings`` is annotators x items with None for a missing rating."""
     matrix = np.array([[np.nan if v is None else v for v in row] for row in ratings], dtype=float)
+    import krippendorff
+
     return float(krippendorff.alpha(reliability_data=matrix, level_of_measurement=level))  # type: ignore[arg-type]
