@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -274,8 +274,25 @@ def _add_benchmark_commands(groups: CommandGroups) -> None:
         cli.register(groups)
 
 
+class CommandLineError(Exception):
+    """argparse's refusal of a command line, raised instead of exiting so ``main`` can first name a mistyped option
+    that argparse hid behind "the following arguments are required" (``--patinets`` for ``--patients``)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser (and, through ``add_subparsers``, every subcommand's) whose errors reach ``main``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineError(self, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m medeval_core", description=(__doc__ or "").split("\n")[0])
+    parser = CommandParser(prog="python -m medeval_core", description=(__doc__ or "").split("\n")[0])
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups = CommandGroups(
         top=top,
@@ -305,6 +322,16 @@ def chosen_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     return parser
 
 
+def options_of(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of ``parser`` and of all its subcommands."""
+    options = {option for action in parser._actions for option in action.option_strings}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                options |= options_of(sub)
+    return options
+
+
 def unknown_options_message(command: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
     """``unknown option --patinets; did you mean --patients?`` for each unknown option (difflib's closest)."""
     known = [option for action in command._actions for option in action.option_strings]
@@ -322,10 +349,19 @@ def unknown_options_message(command: argparse.ArgumentParser, unknown: Sequence[
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    # Only a command that hands its unknown options on (``serve`` -> ``streamlit run``) accepts them.
-    args, unknown = parser.parse_known_args(argv)
-    if unknown and not getattr(args, "passes_unknown_options", False):
-        parser.error(unknown_options_message(chosen_command(parser, args), unknown))
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args, unknown = parser.parse_known_args(given)
+        # Only a command that hands its unknown options on (``serve`` -> ``streamlit run``) accepts them.
+        if unknown and not getattr(args, "passes_unknown_options", False):
+            command = chosen_command(parser, args)
+            raise CommandLineError(command, unknown_options_message(command, unknown))
+    except CommandLineError as refused:
+        known = options_of(parser)
+        mistyped = [option for option in given if option.startswith("--") and option.split("=", 1)[0] not in known]
+        message = refused.message if not mistyped or "unknown option" in refused.message else \
+            unknown_options_message(refused.parser, mistyped)
+        argparse.ArgumentParser.error(refused.parser, message)  # usage and the message on stderr, exit 2
     args.unknown_options = unknown
     try:
         return int(args.handler(args) or 0)

@@ -107,3 +107,12 @@ def test_a_mistyped_option_is_named_with_the_closest_known_one(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["runs", "list", "--benchmrk", "ddxplus"])
     assert "unknown option --benchmrk; did you mean --benchmark?" in capsys.readouterr().err
+    # A mistyped required option is named too, not hidden behind argparse's "arguments are required".
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "ddxplus", "--patinets", "x.csv", "--agent", "kb-bayes"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "unknown option --patinets; did you mean --patients?" in err
+    assert "required" not in err
+    with pytest.raises(SystemExit):  # a missing one without a typo still says what is required
+        main(["run", "ddxplus", "--agent", "kb-bayes"])
+    assert "the following arguments are required: --patients" in capsys.readouterr().err
