@@ -9,8 +9,9 @@ from medeval_core.plaintext import literal, literal_cells
 from medeval_core.settings import SettingsError, runtime_versions
 from medeval_core.status import backends_status, data_status_rows, store_status
 
+# The pages a newcomer can use at once, with no model configured (by url_path). A comment, not a docstring: in a page
+# script Streamlit's magic would draw a bare string on the page.
 START_HERE = {"ddxplus": "no model needed", "sdbench": "offline gatekeeper and judge"}
-"""The pages a newcomer can use at once, with no model configured (by ``url_path``)."""
 
 st.title("medeval")
 st.markdown(

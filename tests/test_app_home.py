@@ -14,6 +14,7 @@ def test_home_page_shows_what_medeval_is_and_the_status_of_data_store_and_models
     app = AppTest.from_file(APP, default_timeout=60).run()
     assert not app.exception, app.exception
     assert app.title[0].value == "medeval"
+    assert not any("url_path" in m.value for m in app.markdown)  # no source comment drawn on the page
     headers = [h.value for h in app.header]
     assert headers[:2] == ["Start here", "Pages"] and {"Data sources", "Model backends", "Store"} <= set(headers)
     sidebar_text = " ".join(m.value for m in app.sidebar.markdown)
@@ -92,3 +93,16 @@ def test_no_url_in_the_home_tables_is_rendered_as_a_link(monkeypatch, tmp_path: 
     shown = [cell.replace("\\", "") for cell in cells]
     assert any("https:" + WORD_JOINER + "//ddi-dataset" in cell for cell in shown)
     assert not [cell for cell in shown if re.search(r"https?://|www\.", cell)]
+
+
+def test_no_page_script_has_a_bare_string_that_streamlit_would_draw() -> None:
+    """Streamlit's magic writes every bare expression of a page script to the page: a docstring below the first
+    statement (an attribute docstring, say) would show to the clinician as text."""
+    import ast
+
+    for script in [Path(APP), *sorted(Path(APP).parent.joinpath("pages").glob("*.py"))]:
+        body = ast.parse(script.read_text(encoding="utf-8")).body
+        strays = [node.lineno for node in body[1:]
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str)]
+        assert not strays, f"{script.name}: bare strings at lines {strays} would be drawn on the page"
