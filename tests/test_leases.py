@@ -598,6 +598,23 @@ def test_a_walkthrough_is_open_abandoned_when_idle_closed_or_deleted(db_url: str
         delete_session(store, batch)
 
 
+def test_runs_close_and_delete_on_the_command_line(db_url: str, counting: None,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from medeval_core.cli import main
+    from medeval_core.sessions import Session
+
+    store, settings = open_store(db_url), load_settings()
+    session = Session.open(store, settings, "counting", CountingParams(n_cases=1), case_id="case-0000")
+    assert main(["runs", "close", session.run_id]) == 0
+    assert capsys.readouterr().out.strip() == f"Closed {session.run_id}."
+    assert workers.run_liveness(store, session.run_id) == "closed"
+    assert main(["runs", "delete", session.run_id]) == 0
+    assert "and everything it recorded" in capsys.readouterr().out and store.find_run(session.run_id) is None
+    batch = workers.create_run(settings, "counting", {"n_cases": 1})
+    assert main(["runs", "delete", batch]) == 2  # a batch run is refused in one line, and kept
+    assert "only a walkthrough" in capsys.readouterr().err and store.find_run(batch) is not None
+
+
 def test_the_cli_lists_and_shows_a_run_whose_workers_died_as_interrupted(db_url: str,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from medeval_core.cli import main

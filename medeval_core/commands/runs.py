@@ -15,6 +15,8 @@ from medeval_core.commands.reports import add_report_command
 from medeval_core.files import json_value
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from medeval_core.settings import Settings
     from medeval_core.store import Store
 
@@ -214,24 +216,26 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _close_session(args: argparse.Namespace) -> int:
-    from medeval_core.sessions import SessionError, close_session
+    from medeval_core.sessions import close_session
 
-    try:
-        close_session(current_store(), args.run_id)
-    except SessionError as exc:
-        raise CommandError(str(exc)) from None
-    print(f"Closed {args.run_id}.")
-    return 0
+    return _end_session(args, close_session, f"Closed {args.run_id}.")
 
 
 def _delete_session(args: argparse.Namespace) -> int:
-    from medeval_core.sessions import SessionError, delete_session
+    from medeval_core.sessions import delete_session
+
+    return _end_session(args, delete_session, f"Deleted {args.run_id} and everything it recorded.")
+
+
+def _end_session(args: argparse.Namespace, end: Callable[[Store, str], object], done: str) -> int:
+    """Close or delete a walkthrough; a refusal (a batch run, an unknown id) is the command's one-line error."""
+    from medeval_core.sessions import SessionError
 
     try:
-        delete_session(current_store(), args.run_id)
+        end(current_store(), args.run_id)
     except SessionError as exc:
         raise CommandError(str(exc)) from None
-    print(f"Deleted {args.run_id} and everything it recorded.")
+    print(done)
     return 0
 
 
