@@ -138,7 +138,7 @@ def read_csv_rows(path: Path, error: type[Exception],
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = undecodable_line(data, exc)
         raise error(f"{path} is not UTF-8 text (line {line}, byte {exc.start} cannot be read); save it as a UTF-8 "
                     "CSV file.") from None
     try:
@@ -206,3 +206,8 @@ def replaced_in_one_step(path: Path, mode: str = "wb", encoding: str | None = No
         with suppress(OSError):
             Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def undecodable_line(data: bytes, error: UnicodeDecodeError) -> int:
+    """The 1-based line of ``data`` that holds the byte where decoding it failed."""
+    return data.count(b"\n", 0, error.start) + 1

@@ -47,6 +47,7 @@ from medeval_core.benchmarks.ddi.images import describe_refusals, load_image_fil
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
+from medeval_core.files import undecodable_line
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
@@ -141,7 +142,7 @@ def load_responses(path: Path) -> tuple[list[DdiCase], dict[str, str]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        bad_line = data.count(b"\n", 0, exc.start) + 1
+        bad_line = undecodable_line(data, exc)
         raise CaseSourceError(f"{path.name} line {bad_line} is not UTF-8 text; save the responses file as "
                               "UTF-8.") from None
     cases: list[DdiCase] = []

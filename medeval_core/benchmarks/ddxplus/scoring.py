@@ -47,7 +47,7 @@ from medeval_core.benchmark import MetricUnit
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, numbers_of_lines, spans
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS
-from medeval_core.files import text_blocks
+from medeval_core.files import text_blocks, undecodable_line
 from medeval_core.metrics import ddxplus as ddx_metrics
 
 # Bulk text helpers -------------------------------------------------------------------------------------------
@@ -595,7 +595,7 @@ def _first_undecodable_line(path: Path) -> int:
     try:
         data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        return data.count(b"\n", 0, exc.start) + 1
+        return undecodable_line(data, exc)
     raise AssertionError(f"{path} decodes as UTF-8")
 
 
