@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,16 @@ def worker(run_id: str, url: str | None = None) -> subprocess.Popen[str]:
     environment = {**os.environ, **({"MEDEVAL_DB_URL": url} if url else {})}
     return subprocess.Popen([sys.executable, "-m", "medeval_core", "worker", run_id, "--json"], cwd=REPO_ROOT,
                             env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stored_results(database: Path, run_id: str) -> int:
+    """How many results a run has committed so far, read beside the writing worker (WAL readers never block it)."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        try:
+            return int(connection.execute("SELECT COUNT(*) FROM case_results WHERE run_id = ?", (run_id,))
+                       .fetchone()[0])
+        except sqlite3.OperationalError:  # the worker is still creating its tables
+            return 0
 
 
 def each_case_once(store: Store, run_id: str, n_cases: int) -> None:
@@ -128,10 +139,15 @@ def test_a_full_disk_mid_run_is_one_clear_error_and_a_resume_on_a_larger_disk_fi
     store = Store(url)
     run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "workers": 4})
     store.engine.dispose()
-    # Leave about 1.5 MB: the queue's first rows and some results fit, the whole run does not.
-    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
-    (small_disk / "ballast").write_bytes(b"\0" * (free - 1_500_000))
     process = worker(run_id, url)
+    # Mid-run: once the worker has committed some results, fill the disk but for about 0.3 MB, which the rest of the
+    # run does not fit in (filling it before the start left the first commit itself without room on a busy CI).
+    deadline = time.monotonic() + 120
+    while stored_results(small_disk / "medeval.db", run_id) < 50:
+        assert process.poll() is None and time.monotonic() < deadline, "the worker committed no result"
+        time.sleep(0.02)
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    (small_disk / "ballast").write_bytes(b"\0" * max(free - 300_000, 0))
     _, err = process.communicate(timeout=180)
     assert process.returncode == 1, err
     lines = err.strip().splitlines()
