@@ -201,7 +201,6 @@ for criterion in task.criteria:
                                                                   in labels.items()) + f" · {SKIP_KEY} skip item")
         bindings |= {keys[value]: f"choose-{item.item_id}-{criterion}-{value}" for value in labels}
     choice_row(item, criterion, labels, choose)
-bind_keys(bindings)
 st.text_area("Comment (optional)", value=item.answers.get(COMMENT, ""), key=f"comment-{item.item_id}",
              on_change=save_comment, height=80)
 
@@ -210,6 +209,7 @@ skip_column.button("Skip item", key=f"skip-{item.item_id}", on_click=skip, disab
 with flag_column.expander("Flag this item for the administrator"):
     st.text_input("Reason (what is wrong with the item)", key=f"flag-reason-{item.item_id}")
     st.button("Flag item", key=f"flag-{item.item_id}", on_click=flag, disabled=item.flag is not None)
+bind_keys(bindings)
 
 # The next open item's image is read now, so it appears at once after the last click on this one.
 upcoming = next((other for other in items[index + 1:] if other.open), None)

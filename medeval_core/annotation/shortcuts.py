@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import streamlit as st
 import streamlit.components.v1 as components
 
 from medeval_core.annotation.tasks import TaskKind
@@ -16,26 +17,45 @@ CHOICE_KEYS: dict[TaskKind, dict[str, str]] = {
     TaskKind.JUDGE_REVIEW: {"agree": "A", "disagree": "D"},
 }
 SKIP_KEY = "S"
+_RUNS = "annotate-shortcut-runs"
 
 
 def bind_keys(bindings: dict[str, str]) -> None:
-    """Make each key of ``bindings`` click the button whose Streamlit widget key it maps to. Keys typed into a text
-    field are left alone; the listener of the previous rerun is replaced, so one press is one click."""
+    """Make each key of ``bindings`` click the button whose Streamlit widget key it maps to; call it after the last
+    of those buttons. Keys typed into a text field are left alone.
+
+    A click reruns the page, and until the rerun has drawn the next criterion the buttons on screen are the answered
+    one's: a key pressed in that moment (a fast typist's next answer) waits, and this rerun's listener presses it.
+    Without the wait it would silently change the answer just given."""
+    # The component is drawn anew on every run (a counter in its text), so that each rerun's listener takes over.
+    st.session_state[_RUNS] = st.session_state.get(_RUNS, 0) + 1
     # "<" escaped so that no criterion an administrator typed can close the script element.
     targets = json.dumps({key.lower(): widget for key, widget in bindings.items()}).replace("<", "\\u003c")
     components.html(f"""<script>
+// run {st.session_state[_RUNS]}
 const page = window.parent;
 const targets = {targets};
-if (page.medevalShortcuts) page.document.removeEventListener("keydown", page.medevalShortcuts);
-page.medevalShortcuts = (event) => {{
-  const typing = event.target.closest && event.target.closest("input, textarea, [contenteditable=true]");
-  if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
-  const widget = targets[event.key.toLowerCase()];
-  if (!widget) return;
+const keys = page.medevalShortcuts || (page.medevalShortcuts = {{waiting: [], clickedAt: 0}});
+const ANSWER_MS = 10000;  // a rerun that never draws this component again (an error) does not hold keys longer
+if (keys.listener) page.document.removeEventListener("keydown", keys.listener);
+const press = (key) => {{
   // Streamlit's class for a keyed widget: "st-key-" and the key with every other character made "-".
-  const button = page.document.querySelector(".st-key-" + widget.trim().replace(/[^a-zA-Z0-9_-]/g, "-") + " button");
-  if (button && !button.disabled) {{ event.preventDefault(); button.click(); }}
+  const widget = targets[key];
+  const button = widget && page.document.querySelector(
+    ".st-key-" + widget.trim().replace(/[^a-zA-Z0-9_-]/g, "-") + " button");
+  if (button && !button.disabled) {{ keys.clickedAt = Date.now(); button.click(); }}
 }};
-page.document.addEventListener("keydown", page.medevalShortcuts);
+keys.listener = (event) => {{
+  const typing = event.target.closest && event.target.closest("input, textarea, [contenteditable=true]");
+  const key = event.key.toLowerCase();
+  if (typing || event.ctrlKey || event.metaKey || event.altKey || !(key in targets)) return;
+  event.preventDefault();
+  if (Date.now() - keys.clickedAt < ANSWER_MS) keys.waiting.push(key);
+  else {{ keys.waiting = []; press(key); }}
+}};
+page.document.addEventListener("keydown", keys.listener);
+keys.clickedAt = 0;
 page.medevalShortcutTargets = targets;  // which buttons the keys click now (read by the browser test)
+const next = keys.waiting.shift();
+if (next) press(next);
 </script>""", height=0)
