@@ -138,3 +138,21 @@ def test_results_read_back_equal_validated_records(store: Store) -> None:
     frame = store.results_frame("r")
     assert list(frame.columns) == ["case_id", "repetition", "correct", "cost"] and len(frame) == 1
     assert store.results_stamp("r")[0] == 2
+
+
+def test_a_model_inside_an_output_or_payload_is_stored_as_its_json(store: Store) -> None:
+    """A solver may put a record (a pydantic model) inside its output, scores or a turn's payload; the group commit
+    stores it as the JSON of its fields, as it stores the dict a solver would have written by hand."""
+    from medeval_core.benchmark import Score
+    from medeval_core.records import CaseRecords
+
+    store.create_run(RunConfig(benchmark="demo"), run_id="r")
+    score = Score(value=0.5, explanation="half")
+    records = CaseRecords(
+        result=CaseResult(run_id="r", case_id="c1", status=CaseStatus.OK, output={"score": score},
+                          metrics={"value": 0.5}, scores={"value": score}),
+        turns=[Turn(run_id="r", case_id="c1", index=0, actor="agent", action="ask", payload={"score": score})])
+    assert store.save_case_records([records]) == [True]
+    (stored,) = store.results("r")
+    assert stored.output["score"] == stored.scores["value"] == score.model_dump(mode="json")
+    assert store.turns("r", "c1")[0].payload == {"score": score.model_dump(mode="json")}

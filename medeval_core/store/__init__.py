@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, false, func, or_, text
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
@@ -229,20 +230,32 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _record_as_json(value: object) -> Any:
+    """JSON columns hold what a solver wrote; a record (pydantic model) inside an output, score or payload is
+    stored as the JSON of its fields, as if the solver had dumped it."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, default=_record_as_json)
+
+
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
         # Timestamps are stored without a zone and meant as UTC: the session's zone must not shift them. A host
         # that does not answer fails a connection in 10 s, so a worker's outage retries see it (not the OS's
         # two-minute TCP timeout).
-        return create_engine(url, pool_pre_ping=True,
+        return create_engine(url, pool_pre_ping=True, json_serializer=_json_text,
                              connect_args={"options": "-c timezone=UTC", "connect_timeout": 10})
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, json_serializer=_json_text)
     database = parsed.database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, json_serializer=_json_text)
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
