@@ -152,7 +152,8 @@ class Candidate(BaseModel):
     complete: bool
     """Whether the name holds every naming word of the diagnosis."""
     unstated: int = 0
-    """How many situation or cause words (puerperal, newborn, tuberculous...) the name adds to the diagnosis."""
+    """How many situation or cause words (puerperal, newborn, tuberculous...) the name, or a title above its code,
+    adds to the diagnosis."""
     similarity: float = 0.0
     """Cosine similarity of the sentence embeddings of diagnosis and name, when it was needed."""
 
@@ -189,7 +190,7 @@ def choose_exact(text: str, shortlist: list[Candidate]) -> tuple[Candidate | Non
         return None, 0.0, "no vocabulary name shares a word with it"
     complete = [c for c in shortlist if c.complete]
     if complete:
-        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 4), -SOURCE_RANK[c.source], -len(c.code),
+        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 2), -SOURCE_RANK[c.source], -len(c.code),
                                             -len(c.matched)))
         return best, round((best.coverage + best.precision) / 2, 4), ""
     best = max(shortlist, key=lambda c: c.similarity)

@@ -79,8 +79,10 @@ def test_hypertension_never_maps_to_hypotension(mapper):
     ("Myasthenia gravis", "358", "exact"), ("Pneumonia", "486", "exact"), ("Asthma", "493", "exact"),
     ("Congestive heart failure", "428", "exact"), ("Acute myocardial infarction", "410", "exact"),
     ("Pancreatic adenocarcinoma", "157", "exact"), ("Endometriosis", "617", "exact"),
-    # ICD-10-CM names the 2015 list words otherwise, crosswalked by the GEM
-    ("Hirschsprung disease", "751", "crosswalk"),
+    # ICD-10-CM names the 2015 list words otherwise ("Acute infective polyneuritis"), crosswalked by the GEM
+    ("Guillain-Barre syndrome", "357", "crosswalk"),
+    # the name an ICD-10-CM excludes note points to a code with: "glue ear (H65.3)" under H65.4
+    ("Glue ear", "381", "synonym"),
     # an ICD-10-CM inclusion term: "Crohn's disease NOS" under K50.90
     ("Crohn's disease", "555", "synonym"), ("Lung cancer", "162", "synonym"), ("Hemophilia A", "286", "synonym"),
     # an abbreviation the lists spell out in brackets: Multiple endocrine neoplasia [MEN] type I
@@ -295,7 +297,7 @@ def test_score_hitk_prints_method_shares_and_flags_mapped_truth(tmp_path):
         {"case_id": "b", "icd9": ["486"]},
     ])
     predictions = _write(tmp_path / "p.jsonl", [
-        {"case_id": "a", "predictions": ["Chronic kidney failure", "Hirschsprung disease"]},
+        {"case_id": "a", "predictions": ["Chronic kidney failure", "Guillain-Barre syndrome"]},
         {"case_id": "b", "predictions": ["Pneumonia"]},
     ])
     done = _cli("score", "hitk", "--predictions", str(predictions), "--truth", str(truth))
