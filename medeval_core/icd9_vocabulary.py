@@ -212,7 +212,7 @@ def _gem_icd9(icd10: str, gem: dict[str, tuple[str, ...]], billable: list[str],
     return (mapped.most_common(1)[0][0],) if mapped else ()
 
 
-def _unspecified_descendant(icd10: str) -> str | None:
+def unspecified_descendant(icd10: str) -> str | None:
     """The descendant of an ICD-10-CM category that the category's own name is coded to: the one with the same
     title (J18 and J18.9, "Pneumonia, unspecified organism"), else the shortest whose title says "unspecified" once
     more than the category's (M02.3 -> M02.30 "Reiter's disease, unspecified site"); None when there is none."""
@@ -283,7 +283,7 @@ def build_terms() -> list[Term]:
     for icd10 in cm.get_all_codes(with_dots=True):
         if cm.is_chapter_or_block(icd10) or cm.is_extended_subcategory(icd10):
             continue
-        unspecified = None if cm.is_leaf(icd10) else _unspecified_descendant(icd10)
+        unspecified = None if cm.is_leaf(icd10) else unspecified_descendant(icd10)
         above = tuple(cm.get_description(ancestor) for ancestor in cm.get_ancestors(icd10))
         others = (*cm.get_inclusion_term(icd10), *cm.get_includes(icd10), *sorted(pointed[icd10]))
         for code in filter(None, map(normalise_code, _gem_icd9(icd10, gem, billable, unspecified))):

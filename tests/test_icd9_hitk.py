@@ -16,6 +16,13 @@ import pytest
 from medeval_core import icd9
 from medeval_core.backends.chat import OpenAIChatBackend, ReplyFormatError
 from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_methods, mapped_truth_note, score_files
+from medeval_core.icd9_vocabulary import (
+    gem_icd10_to_icd9,
+    name_words,
+    pointed_names,
+    term,
+    unspecified_descendant,
+)
 from medeval_core.metrics.hitk import case_metrics, hit_rec_at, matched
 from tests.fake_openai import FakeOpenAI, Reply
 
@@ -127,6 +134,63 @@ def test_look_alikes_are_refused_by_meaning(mapper, name, look_alike):
         assert max(c.similarity for c in mapping.candidates) >= icd9.EMBEDDING_FLOOR
     if mapping.code is None:
         assert mapping.method == "unmapped" and mapping.note
+
+
+def test_pointer_notes_give_a_name_and_its_one_code():
+    notes = [
+        "reactive arthritis (M02.3)",
+        "respiratory distress syndrome in newborn (perinatal) (P22.0)",
+        "chronic kidney disease (N18.-)",
+        "sepsis following abortion (O03.37, O03.87)",  # several codes: no single code to name
+        "mycoses (B35-B49)",  # a range
+        "myocarditis (in):",  # a heading: the notes after it are fragments of it
+        "acute (B57.0)",
+    ]
+    assert pointed_names(notes) == [("reactive arthritis", "M02.3"),
+                                    ("respiratory distress syndrome in newborn (perinatal)", "P22.0"),
+                                    ("chronic kidney disease", "N18")]
+    # a "code first" note is one text: a heading line, then one name a line
+    assert pointed_names(["underlying disease, such as:\nleprosy [Hansen's disease] (A30.-)\nmycoses (B35-B49)"]) == [
+        ("leprosy [Hansen's disease]", "A30")]
+
+
+def test_the_gem_gives_a_combinations_underlying_disease_and_every_alternative():
+    gem = gem_icd10_to_icd9()
+    assert gem["M0230"] == ("0993",)  # Reiter's disease: 099.3 with the manifestation 711.10, which comes second
+    assert set(gem["J449"]) == {"49120", "49320", "496"}  # COPD, unspecified: three alternatives, all kept
+    assert gem["A000"] == ("0010",)  # cholera due to Vibrio cholerae 01, one to one
+
+
+@pytest.mark.parametrize(("category", "unspecified"), [
+    ("E03", "E03.9"),  # "Other hypothyroidism" -> "Hypothyroidism, unspecified"
+    ("J18", "J18.9"),  # the child with the category's own title, not J18.0 (also "unspecified organism")
+    ("M02.3", "M02.30"),  # "Reiter's disease, unspecified site", not a laterality's "unspecified shoulder"
+])
+def test_a_category_name_is_coded_to_its_unspecified_child(category, unspecified):
+    assert unspecified_descendant(category) == unspecified
+
+
+def test_names_carry_the_situation_of_the_titles_above_their_code():
+    plain = term("Intraventricular hemorrhage unspecified grade", "77210", "exact", "77210")
+    placed = term("Intraventricular hemorrhage unspecified grade", "77210", "exact", "77210",
+                  ("Intraventricular hemorrhage of fetus or newborn", "Fetal and neonatal hemorrhage"))
+    assert plain.situation == () and set(placed.situation) == {"fetal", "newborn"}
+    assert term("endo (myo) metritis", "6159", "synonym", "N71").words == name_words("endometritis")
+    assert name_words("Eczematous dermatitis") == name_words("eczema dermatitis")
+
+
+@pytest.mark.parametrize(("name", "category", "not_category"), [
+    ("Reactive arthritis", "099", "711"),  # Reiter's disease, not the arthropathy manifestation code
+    ("Hypothyroidism", "244", "243"),  # acquired, unspecified; not the congenital 243 most E03 children map to
+    ("Chronic obstructive pulmonary disease", "496", "491"),  # the least specific of the GEM's alternatives
+    ("Intraventricular hemorrhage", "431", "772"),  # 772.1x is the newborn's, said by the title above it
+    ("Endometritis", "615", "621"),  # N71's "endo (myo) metritis", not hyperplastic endometritis
+    ("Leigh's encephalopathy", "330", None),  # only an excludes note names it: "Leigh's encephalopathy (G31.82)"
+])
+def test_the_tabular_lists_own_rules_choose_the_code(mapper, name, category, not_category):
+    mapping = mapper.map(name)
+    assert mapping.category == category and mapping.method in {"exact", "synonym", "crosswalk"}, mapping
+    assert not_category is None or mapping.category != not_category
 
 
 def test_a_name_only_the_embedding_places_says_so(mapper):
