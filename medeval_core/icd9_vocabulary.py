@@ -80,6 +80,9 @@ SITUATION_WORDS = frozenset(stem(word) for word in (
     "secondary", "screening", "history", "puerperal", "postpartum", "pregnancy", "childbirth", "newborn", "fetal",
     "perinatal", "neonatal", "postablative", "late", "effect", "complicating", "delivery", "following", "encounter",
     "admission", "observation", "tuberculous", "gonococcal", "syphilitic"))
+# Prefixes that are no word alone, which the lists join to a word with a hyphen ("Pre-eclampsia", "Non-Hodgkin").
+BOUND_PREFIXES = ("pre", "post", "non", "intra", "inter", "anti", "sub", "supra", "peri", "para", "extra", "pseudo",
+                  "semi", "hemi", "multi", "poly", "hyper", "hypo", "auto")
 _NUMERALS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
 # The lists' own wording for a few words clinicians write differently ("lung cancer" is "malignant neoplasm of
 # lung" in both lists), applied to the names and the lists alike.
@@ -202,13 +205,16 @@ def _gem_icd9(icd10: str, gem: dict[str, tuple[str, ...]], billable: list[str],
     E03.9, "Hypothyroidism, unspecified", not the congenital E03.0); else the code most of its billable descendants
     map to (the GEM lists billable codes only; ``billable`` is the GEM's codes, sorted)."""
     prefix = icd10.replace(".", "")
-    if prefix in gem:
-        return gem[prefix]
-    if unspecified is not None and unspecified.replace(".", "") in gem:
-        return gem[unspecified.replace(".", "")]
+    for candidate in (prefix, unspecified and unspecified.replace(".", "")):
+        # an injury's code is billable with its 7th character: A, the initial encounter, is the injury itself
+        # (D, subsequent, is aftercare: V54 in ICD-9); X holds the places before it
+        for billable_form in (candidate, candidate and candidate.ljust(6, "X") + "A"):
+            if billable_form in gem:
+                return gem[billable_form]
     start = bisect.bisect_left(billable, prefix)
-    mapped = Counter(gem[code][0] for code in itertools.takewhile(lambda code: code.startswith(prefix),
-                                                                     billable[start:]))
+    below = list(itertools.takewhile(lambda code: code.startswith(prefix), billable[start:]))
+    initial = [code for code in below if len(code) == 7 and code.endswith("A")]
+    mapped = Counter(gem[code][0] for code in initial or below)
     return (mapped.most_common(1)[0][0],) if mapped else ()
 
 
@@ -362,6 +368,16 @@ class Vocabulary:
         text = re.sub(r"\b([A-Z]{2,6})(\d)\b", r"\1 \2", text)
         return re.sub(r"\b[A-Z]{2,6}\b", lambda match: self.abbreviations.get(match.group(0).lower(), match.group(0)),
                       text)
+
+    def prefixes_apart(self, words: tuple[str, ...]) -> tuple[str, ...]:
+        """``words`` with a word no name holds split after a bound prefix when the rest is a word names hold: the
+        lists hyphenate ("Pre-eclampsia", "non-Hodgkin"), clinicians often write one word ("preeclampsia")."""
+        found: list[str] = []
+        for word in words:
+            prefix = next((prefix for prefix in BOUND_PREFIXES if word not in self.weight and word.startswith(prefix)
+                           and stem(word[len(prefix):]) in self.weight), None)
+            found.extend((prefix, stem(word[len(prefix):])) if prefix else (word,))
+        return tuple(dict.fromkeys(found))
 
     def shortlist(self, words: tuple[str, ...], size: int, per_word: int) -> list[Overlap]:
         """The names that best meet ``words``, one per ICD-9 code. When some name holds every naming word: the
