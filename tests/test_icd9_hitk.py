@@ -193,6 +193,23 @@ def test_the_tabular_lists_own_rules_choose_the_code(mapper, name, category, not
     assert not_category is None or mapping.category != not_category
 
 
+def test_one_word_prefix_forms_sides_and_injuries_follow_the_lists(mapper):
+    vocabulary = icd9._vocabulary()
+    assert vocabulary.prefixes_apart(name_words("Preeclampsia")) == name_words("Pre-eclampsia")
+    assert vocabulary.prefixes_apart(name_words("Pretibial myxedema")) == name_words("Pretibial myxedema")  # known
+    assert mapper.map("Preeclampsia").category == "642"
+    # ICD-9 codes no side: the side is dropped only when no name holds it, and a name stating the other side is
+    # no match ("hypertrophy of right ventricle", tetralogy of Fallot, for the left ventricle)
+    assert mapper.map("Right hip fracture").category == mapper.map("Hip fracture").category == "820"
+    assert mapper.map("Left ventricular hypertrophy").category == "429"
+    assert "left" in mapper.map("Left knee osteoarthritis").matched.lower()  # held by an ICD-10-CM name: kept
+    # "Fracture of hip NOS" points to S72.00-, billable only with a 7th character: the initial encounter's GEM
+    # (820.8), not the subsequent encounter's aftercare code (V54.13)
+    hip = mapper.map("Hip fracture")
+    assert (hip.code, hip.matched) == ("8208", "Fracture of hip NOS")
+    assert [c.listed_under for c in hip.candidates if c.code == hip.code] == ["S72.00"]
+
+
 def test_a_name_only_the_embedding_places_says_so(mapper):
     mapping = mapper.map("Acute Mesenteric Ischemia")  # no vocabulary name holds all three words
     assert (mapping.method, mapping.category) == ("embedding", "557"), mapping
