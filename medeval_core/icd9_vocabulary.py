@@ -90,8 +90,8 @@ LIST_WORDING = {
     "cancer": "malignant neoplasm", "carcinoma": "malignant neoplasm", "adenocarcinoma": "malignant neoplasm",
     "pancreatic": "pancreas", "hepatic": "liver", "renal": "kidney", "gastric": "stomach", "pulmonary": "lung",
     "herniation": "displacement", "herniated": "displacement", "neonatal": "newborn",
-    # the indexes' "Tumor - see Neoplasm"
-    "tumour": "neoplasm", "tumor": "neoplasm",
+    # the indexes' "Tumor - see Neoplasm" and "Toxicity, Overdose - see Table of Drugs and Chemicals, poisoning"
+    "tumour": "neoplasm", "tumor": "neoplasm", "toxicity": "poisoning", "overdose": "poisoning",
     # adjectives of organs, as the lists name the organ: "uterine rupture" is "rupture of uterus"
     "uterine": "uterus", "testicular": "testis", "ovarian": "ovary", "esophageal": "esophagus",
     "duodenal": "duodenum", "colonic": "colon", "rectal": "rectum", "splenic": "spleen", "intestinal": "intestine",
