@@ -376,7 +376,7 @@ class Vocabulary:
         for word in words:
             prefix = next((prefix for prefix in BOUND_PREFIXES if word not in self.weight and word.startswith(prefix)
                            and stem(word[len(prefix):]) in self.weight), None)
-            found.extend((prefix, stem(word[len(prefix):])) if prefix else (word,))
+            found.extend((stem(prefix), stem(word[len(prefix):])) if prefix else (word,))
         return tuple(dict.fromkeys(found))
 
     def shortlist(self, words: tuple[str, ...], size: int, per_word: int) -> list[Overlap]:
