@@ -6,9 +6,11 @@ interleaved and min and median printed.
 
 Baseline: the mapper of 33dc2a2 (``git show``; it embedded all 17,553 ICD-9 titles at first use and cached the
 vectors), first mapping cold, in the same run (``--baseline-tries``, 0 to skip; each takes a minute or more).
+``--baseline-commit`` names another (its icd9.py and icd9_vocabulary.py, e.g. the mapper before a vocabulary change,
+whose own installed vocabulary file must then be present too).
 The vocabulary file ``make install`` writes (``python -m medeval_core.icd9_vocabulary``) must be present.
 
-Run: python bench/icd9_bench.py [--tries 3] [--baseline-tries 1]
+Run: python bench/icd9_bench.py [--tries 3] [--baseline-tries 1] [--baseline-commit 33dc2a2]
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ def first_mapping(name: str, cache: Path, module: str = "medeval_core.icd9", pat
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def baseline_package(directory: Path) -> Path:
-    """A copy of medeval_core with icd9.py as it was at ``BASELINE_COMMIT``."""
+def baseline_package(directory: Path, commit: str) -> Path:
+    """A copy of medeval_core with the mapper's modules as they were at ``commit`` (those it had)."""
     package = directory / "medeval_core"
     shutil.copytree(ROOT / "medeval_core", package, ignore=shutil.ignore_patterns("__pycache__"))
-    old = subprocess.run(["git", "show", f"{BASELINE_COMMIT}:medeval_core/icd9.py"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
-    (package / "icd9.py").write_text(old, encoding="utf-8")
+    for module in ("icd9.py", "icd9_vocabulary.py"):
+        old = subprocess.run(["git", "show", f"{commit}:medeval_core/{module}"], cwd=ROOT, capture_output=True,
+                             text=True)
+        if old.returncode == 0:
+            (package / module).write_text(old.stdout, encoding="utf-8")
     return directory
 
 
@@ -63,10 +67,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--baseline-tries", type=int, default=1)
+    parser.add_argument("--baseline-commit", default=BASELINE_COMMIT)
     args = parser.parse_args()
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="icd9-bench-") as scratch:
-        old_tree = baseline_package(Path(scratch) / "baseline") if args.baseline_tries else None
+        old_tree = baseline_package(Path(scratch) / "baseline", args.baseline_commit) if args.baseline_tries else None
         for attempt in range(max(args.tries, args.baseline_tries)):
             if attempt < args.tries:
                 for kind, name in NAMES.items():
@@ -80,14 +85,16 @@ def main() -> None:
             if old_tree is not None and attempt < args.baseline_tries:
                 old = first_mapping(NAMES["vocabulary"], Path(scratch) / f"cache-baseline-{attempt}", path=old_tree)
                 times.setdefault("baseline cold", []).append(old["seconds"])
-                print(f"try {attempt + 1}: baseline {BASELINE_COMMIT} cold {old['seconds']:.2f} s -> {old['code']}",
-                      flush=True)
+                print(f"try {attempt + 1}: baseline {args.baseline_commit} cold {old['seconds']:.2f} s "
+                      f"-> {old['code']}", flush=True)
     print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}")
     for label, values in times.items():
         print(f"{label:<20} {summary(values)}")
     if "baseline cold" in times:
         ratio = statistics.median(times["baseline cold"]) / statistics.median(times["cold embedding"])
         print(f"baseline cold / cold embedding (medians): {ratio:.1f}x")
+        like_for_like = statistics.median(times["cold vocabulary"]) / statistics.median(times["baseline cold"])
+        print(f"cold vocabulary / baseline cold, the same name (medians): {like_for_like:.2f}x")
     print("goal: first mapping <= 15 s cold, <= 1 s warm (issue 20)")
 
 

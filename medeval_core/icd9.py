@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, vocabulary
+from medeval_core.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, stem, vocabulary
 from medeval_core.settings import cache_dir
 
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
@@ -39,6 +39,8 @@ _DECIMAL_DIGITS = {"": 2, "V": 2, "E": 1}
 # An embedding choice below this cosine similarity is refused: the name is left unmapped rather than given the
 # code of a name that merely shares a word with it ("atrial myxoma" is not atrial flutter).
 EMBEDDING_FLOOR = 0.64
+# The side of a body part, which ICD-9 does not code (ICD-10-CM does: its names may hold it).
+LATERALITY = frozenset(stem(word) for word in ("left", "right", "bilateral", "unilateral"))
 # Names each word of a diagnosis brings to the embedding's choice when no name holds them all.
 PARTIAL_PER_WORD = 8
 
@@ -152,7 +154,8 @@ class Candidate(BaseModel):
     complete: bool
     """Whether the name holds every naming word of the diagnosis."""
     unstated: int = 0
-    """How many situation or cause words (puerperal, newborn, tuberculous...) the name adds to the diagnosis."""
+    """How many situation or cause words (puerperal, newborn, tuberculous...) the name, or a title above its code,
+    adds to the diagnosis."""
     similarity: float = 0.0
     """Cosine similarity of the sentence embeddings of diagnosis and name, when it was needed."""
 
@@ -189,7 +192,7 @@ def choose_exact(text: str, shortlist: list[Candidate]) -> tuple[Candidate | Non
         return None, 0.0, "no vocabulary name shares a word with it"
     complete = [c for c in shortlist if c.complete]
     if complete:
-        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 4), -SOURCE_RANK[c.source], -len(c.code),
+        best = max(complete, key=lambda c: (-c.unstated, round(c.precision, 2), -SOURCE_RANK[c.source], -len(c.code),
                                             -len(c.matched)))
         return best, round((best.coverage + best.precision) / 2, 4), ""
     best = max(shortlist, key=lambda c: c.similarity)
@@ -219,8 +222,16 @@ class Icd9Mapper:
         vocabulary = _vocabulary()
         without_abbreviation = _QUERY_ABBREVIATION.sub(" ", text)
         cleaned = without_abbreviation if without_abbreviation.strip() else text
-        kept = vocabulary.shortlist(name_words(vocabulary.spelled_out(cleaned)), self.shortlist_size,
-                                    PARTIAL_PER_WORD)
+        words = vocabulary.prefixes_apart(name_words(vocabulary.spelled_out(cleaned)))
+        kept = vocabulary.shortlist(words, self.shortlist_size, PARTIAL_PER_WORD)
+        sided = tuple(word for word in words if word not in LATERALITY)
+        if kept and not kept[0].complete and sided != words:
+            # ICD-9 codes no side: when no name holds the side as well, the names of the sideless condition
+            # ("Right hip fracture" is coded as "Fracture of hip NOS") come before a partial match's guess.
+            # A name stating a side here states the other one ("hypertrophy of right ventricle" for the left).
+            unsided = [overlap for overlap in vocabulary.shortlist(sided, self.shortlist_size, PARTIAL_PER_WORD)
+                       if overlap.complete and not LATERALITY.intersection(overlap.term.words)]
+            kept = unsided or kept
         similarities = [0.0] * len(kept)
         if kept and not kept[0].complete:
             from medeval_core.embeddings import encode
