@@ -240,7 +240,8 @@ class _ConsultSolver:
 
 
 class MetricsScorer:
-    """The seven per-patient metrics (design.md §3.2), recomputed from the stored output and the patient."""
+    """The seven per-patient metrics (design.md §3.2): those the consultation computed for this output, else
+    recomputed from the stored output and the patient."""
 
     name = SCORER
 
@@ -248,7 +249,9 @@ class MetricsScorer:
         self.kb = kb
 
     def __call__(self, case: DDXPlusPatient, output: DDXPlusOutput, ctx: CaseContext) -> dict[str, Score]:
-        metrics, _ = patient_metrics(self.kb, case, output.differential, output.inquired)
+        metrics = output.consultation_metrics
+        if metrics is None:
+            metrics, _ = patient_metrics(self.kb, case, output.differential, output.inquired)
         provenance = {"scorer": SCORER, "semantics": "mila-iqia/ddxplus compute_metrics", "threshold": 0.01}
         return {key: Score(value=metrics[key], provenance=provenance) for key in METRIC_KEYS}
 
