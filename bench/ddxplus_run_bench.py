@@ -10,8 +10,8 @@ machine's load falls on both sides alike:
    --workers W`` as a fresh subprocess into a fresh SQLite file (``MEDEVAL_DB_URL``); the first try's run fills
    the parse cache the later ones read. Afterwards the store is read directly: every planned patient has exactly
    one OK result, and turns 0..k+1 for its k questions (the intake, one turn per question, the differential).
-   Its case phase is the first case's start to the last case's finish; its CPU after the first result (cases,
-   last commit, summary) is read from /proc and the process's rusage.
+   Its case phase is the first case's start to the last case's finish; its CPU from the first result to the
+   last (polled from /proc every 50 ms).
 Printed per side: ms per patient, wall and CPU, each try, min and median; then run / agent alone (target <=
 1.3x) and each run's fixed cost.
 
@@ -165,6 +165,14 @@ def _first_start(db: Path) -> float | None:
     return _stamp(row[0]) if row and row[0] else None
 
 
+def _count_results(db: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.05) as connection:
+            return int(connection.execute("SELECT count(*) FROM case_results").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
 def _cpu_of(pid: int) -> float | None:
     """CPU seconds (user + system) of a running process and of the children it has waited for (the forked
     readers of the patients file), from /proc; None where there is no /proc."""
@@ -182,10 +190,13 @@ class Watched:
     wall: float
     cpu: float
     stdout: str
+    cases_cpu: float | None = None
+    """CPU from the first result to the first moment all ``expected`` results were seen (polled every 50 ms):
+    the cases without the summary and the exit."""
 
 
 def watch_run(command: list[str], env: dict[str, str], db: Path, checkout: Path = ROOT,
-              stop_at_first: bool = False) -> Watched:
+              stop_at_first: bool = False, expected: int | None = None) -> Watched:
     """Run ``command`` as a fresh subprocess into a fresh SQLite file ``db``. Figures: ``fixed`` (process start to
     the first committed case's ``started_at``), ``fixed_cpu`` (the process's CPU when that result was seen; None
     without /proc), ``wall`` and ``cpu`` of the whole process."""
@@ -204,13 +215,20 @@ def watch_run(command: list[str], env: dict[str, str], db: Path, checkout: Path 
         first = _first_start(db)
     if stop_at_first and process.poll() is None:
         process.send_signal(signal.SIGKILL)
+    done_cpu = None
+    while expected and done_cpu is None and process.poll() is None:
+        time.sleep(0.05)
+        cpu_now = _cpu_of(process.pid)
+        if _count_results(db) >= expected:
+            done_cpu = cpu_now
     stdout, stderr = process.communicate()
     wall = time.perf_counter() - start
     if first is None or (not stop_at_first and process.returncode != 0):
         raise SystemExit(f"run ddxplus stopped (exit {process.returncode}):\n{stderr[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # one child at a time: the delta is this run's
     return Watched(fixed=first - start_epoch, fixed_cpu=fixed_cpu, wall=wall,
-                   cpu=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), stdout=stdout)
+                   cpu=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), stdout=stdout,
+                   cases_cpu=None if done_cpu is None or fixed_cpu is None else done_cpu - fixed_cpu)
 
 
 def fixed_cost(command: list[str], env: dict[str, str], db: Path, checkout: Path = ROOT) -> tuple[float, float]:
@@ -263,8 +281,9 @@ def bench_ratio(data_dir: Path, sample: Path, big: Path, folder: Path, workers: 
                 tries: int) -> dict[str, float]:
     """The agent alone and the run on the same first ``n_patients`` patients of the big file, tries interleaved
     (agent, run, agent, run, ...), per patient: wall and CPU. The run's case phase is its first case's start to
-    its last case's finish (from the store); its CPU per patient is the process's CPU after the first result
-    (the cases, the last commit, the summary) over the patients. Every run's store is checked."""
+    its last case's finish (from the store); its CPU per patient is the process's CPU from the first result to
+    the moment every result is stored (read from /proc every 50 ms), over the patients. Every run's store is
+    checked."""
     alone = AgentAlone(data_dir, sample, big, n_patients)
     n_patients = len(alone.cases)
     command = run_command(sample, big, workers, limit=n_patients)
@@ -278,10 +297,12 @@ def bench_ratio(data_dir: Path, sample: Path, big: Path, folder: Path, workers: 
         agent_wall.append(mine["wall"])
         agent_cpu.append(mine["cpu"])
         db = folder / f"run-{attempt}.db"
-        watched = watch_run(command, run_env(data_dir, db, cache), db)
+        watched = watch_run(command, run_env(data_dir, db, cache), db, expected=n_patients)
         stamps = check_store(db, n_patients)
         run_wall.append((stamps["last_finish"] - stamps["first_start"]) / n_patients)
-        run_cpu.append((watched.cpu - (watched.fixed_cpu or 0.0)) / n_patients)
+        if watched.cases_cpu is None:
+            raise SystemExit("The run's CPU could not be read from /proc while it ran.")
+        run_cpu.append(watched.cases_cpu / n_patients)
         fixed.append(watched.fixed)
         if attempt == 0:
             metrics = json.loads(watched.stdout)

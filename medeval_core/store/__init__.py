@@ -629,9 +629,10 @@ class Store:
                     connection.execute(table.delete().where(
                         table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition))
             if keep:
-                # The records are flat (each field a column, no nested model): their field dicts are the rows,
-                # without model_dump's deep copy of every payload, which JSON-encoding copies again.
-                _insert_rows(connection, results_table, [dict(item.result) for item in keep])
+                # The records are flat (each field a column, no nested model, no extra fields): their field dicts
+                # (``vars``) are the rows, without model_dump's deep copy of every payload, which JSON-encoding
+                # copies again.
+                _insert_rows(connection, results_table, [vars(item.result) for item in keep])
                 for table, records in (
                     (_table(TurnRow), [t for item in keep for t in item.turns]),
                     (_table(JudgementRow), [j for item in keep for j in item.judgements]),
@@ -639,7 +640,7 @@ class Store:
                 ):
                     if records:
                         now = utc_now()
-                        _insert_rows(connection, table, [{"created_at": now, **dict(r)} for r in records])
+                        _insert_rows(connection, table, [{"created_at": now, **vars(r)} for r in records])
         return written
 
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
@@ -973,7 +974,12 @@ def _insert_rows(connection: Connection, table: Table, rows: Sequence[dict[str, 
     by_column = []
     for key, process in zip(keys, processors, strict=True):
         column = [row[key] for row in rows]
-        by_column.append(column if process is None else list(map(process, column)))
+        if process is not None:
+            first = column[0]
+            # A column holding one object throughout (the batch's ``created_at``) is converted once.
+            column = ([process(first)] * len(column) if all(value is first for value in column)
+                      else list(map(process, column)))
+        by_column.append(column)
     values = list(zip(*by_column, strict=True))
     quote = dialect.identifier_preparer
     columns = ", ".join(quote.format_column(table.c[key]) for key in keys)

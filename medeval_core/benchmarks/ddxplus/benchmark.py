@@ -239,6 +239,9 @@ class _ConsultSolver:
         return consult(self.agent, self.kb, case, ctx).output()
 
 
+_PROVENANCE = {"scorer": SCORER, "semantics": "mila-iqia/ddxplus compute_metrics", "threshold": 0.01}
+
+
 class MetricsScorer:
     """The seven per-patient metrics (design.md §3.2): those the consultation computed for this output, else
     recomputed from the stored output and the patient."""
@@ -252,8 +255,9 @@ class MetricsScorer:
         metrics = output.consultation_metrics
         if metrics is None:
             metrics, _ = patient_metrics(self.kb, case, output.differential, output.inquired)
-        provenance = {"scorer": SCORER, "semantics": "mila-iqia/ddxplus compute_metrics", "threshold": 0.01}
-        return {key: Score(value=metrics[key], provenance=provenance) for key in METRIC_KEYS}
+        # Built without validation: the values are the metric floats and the provenance a constant (seven scores
+        # per patient, a batch run's every case).
+        return {key: Score.model_construct(value=metrics[key], provenance=dict(_PROVENANCE)) for key in METRIC_KEYS}
 
 
 METRIC_ROLES: dict[str, MetricRole] = {"GTPA@1": "accuracy", "IL": "turns"}
