@@ -13,7 +13,7 @@ machine's load falls on both sides alike:
    Its case phase is the first case's start to the last case's finish; its CPU from the first result to the
    last (polled from /proc every 50 ms).
 Printed per side: ms per patient, wall and CPU, each try, min and median; then run / agent alone (target <=
-1.3x) and each run's fixed cost.
+1.3x) and each run's fixed cost. ``--baseline DIR`` runs another checkout's run after this one's in every try.
 
 BIG is the shared sample (1,066 patients) replicated to 134,529 rows (the official test split's size) in a
 temporary folder, the way bench/ddxplus_bench.py replicates it; nothing is written into the repository.
@@ -278,47 +278,55 @@ def _spread(values: list[float], unit: float = 1000.0) -> str:
 
 
 def bench_ratio(data_dir: Path, sample: Path, big: Path, folder: Path, workers: int, n_patients: int,
-                tries: int) -> dict[str, float]:
+                tries: int, baseline: Path | None) -> dict[str, float]:
     """The agent alone and the run on the same first ``n_patients`` patients of the big file, tries interleaved
-    (agent, run, agent, run, ...), per patient: wall and CPU. The run's case phase is its first case's start to
-    its last case's finish (from the store); its CPU per patient is the process's CPU from the first result to
-    the moment every result is stored (read from /proc every 50 ms), over the patients. Every run's store is
-    checked."""
+    (agent, run, agent, run, ...; with ``baseline``, that checkout's run after this one's), per patient: wall and
+    CPU. A run's case phase is its first case's start to its last case's finish (from the store); its CPU per
+    patient is the process's CPU from the first result to the moment every result is stored (read from /proc
+    every 50 ms), over the patients. Every run's store is checked. Returns this checkout's ratios."""
     alone = AgentAlone(data_dir, sample, big, n_patients)
     n_patients = len(alone.cases)
     command = run_command(sample, big, workers, limit=n_patients)
-    cache = Path(tempfile.mkdtemp(prefix="run-cache-", dir=folder))  # filled by the first try's run
+    checkouts = {"run": ROOT, **({f"baseline run ({baseline})": baseline} if baseline else {})}
+    caches = {label: Path(tempfile.mkdtemp(prefix="run-cache-", dir=folder)) for label in checkouts}
     print(f"agent alone: KB-Bayes (trained on the sample), consult() with an in-memory context, no store, in this "
-          f"process; run: {' '.join(command[1:])} (fresh SQLite file each try); {n_patients:,} patients each, "
-          f"{tries} tries interleaved")
-    agent_wall, agent_cpu, run_wall, run_cpu, fixed = [], [], [], [], []
+          f"process; run: {' '.join(command[1:])} (fresh SQLite file each try; the first fills the parse cache); "
+          f"{n_patients:,} patients each, {tries} tries interleaved")
+    agent_wall, agent_cpu = [], []
+    walls: dict[str, list[float]] = {label: [] for label in checkouts}
+    cpus: dict[str, list[float]] = {label: [] for label in checkouts}
+    fixed: dict[str, list[float]] = {label: [] for label in checkouts}
     for attempt in range(tries):
         mine = alone.once()
         agent_wall.append(mine["wall"])
         agent_cpu.append(mine["cpu"])
-        db = folder / f"run-{attempt}.db"
-        watched = watch_run(command, run_env(data_dir, db, cache), db, expected=n_patients)
-        stamps = check_store(db, n_patients)
-        run_wall.append((stamps["last_finish"] - stamps["first_start"]) / n_patients)
-        if watched.cases_cpu is None:
-            raise SystemExit("The run's CPU could not be read from /proc while it ran.")
-        run_cpu.append(watched.cases_cpu / n_patients)
-        fixed.append(watched.fixed)
-        if attempt == 0:
-            metrics = json.loads(watched.stdout)
-            print("  run metrics " + "  ".join(f"{key} {value:.2f}" for key, value in metrics.items())
-                  + f"; agent alone asked {mine['questions']:.2f} questions per patient")
+        for label, checkout in checkouts.items():
+            db = folder / f"run-{attempt}.db"
+            watched = watch_run(command, run_env(data_dir, db, caches[label], checkout), db, checkout,
+                                expected=n_patients)
+            stamps = check_store(db, n_patients)
+            walls[label].append((stamps["last_finish"] - stamps["first_start"]) / n_patients)
+            if watched.cases_cpu is None:
+                raise SystemExit("The run's CPU could not be read from /proc while it ran.")
+            cpus[label].append(watched.cases_cpu / n_patients)
+            fixed[label].append(watched.fixed)
+            if attempt == 0:
+                metrics = json.loads(watched.stdout)
+                print(f"  {label} metrics " + "  ".join(f"{key} {value:.2f}" for key, value in metrics.items())
+                      + f"; agent alone asked {mine['questions']:.2f} questions per patient")
     print(f"  agent alone, ms per patient wall: {_spread(agent_wall)}; CPU: {_spread(agent_cpu)}")
-    print(f"  run,         ms per patient wall: {_spread(run_wall)}; CPU: {_spread(run_cpu)}")
-    print("  run fixed cost before the first patient, s: " + ", ".join(f"{value:.2f}" for value in fixed)
-          + " (the first with a cold parse cache)")
-    ratios = {"wall median": statistics.median(run_wall) / statistics.median(agent_wall),
-              "wall min": min(run_wall) / min(agent_wall),
-              "cpu median": statistics.median(run_cpu) / statistics.median(agent_cpu),
-              "cpu min": min(run_cpu) / min(agent_cpu)}
-    print("  run / agent alone per patient: " + ", ".join(f"{key} {value:.2f}x" for key, value in ratios.items())
-          + f" (target <= {RATIO_TARGET}x)")
-    return ratios
+    ratios: dict[str, dict[str, float]] = {}
+    for label in checkouts:
+        print(f"  {label}, ms per patient wall: {_spread(walls[label])}; CPU: {_spread(cpus[label])}; fixed cost "
+              "before the first patient, s: " + ", ".join(f"{value:.2f}" for value in fixed[label]))
+        ratios[label] = {"wall median": statistics.median(walls[label]) / statistics.median(agent_wall),
+                         "wall min": min(walls[label]) / min(agent_wall),
+                         "cpu median": statistics.median(cpus[label]) / statistics.median(agent_cpu),
+                         "cpu min": min(cpus[label]) / min(agent_cpu)}
+        print(f"  {label} / agent alone per patient: "
+              + ", ".join(f"{key} {value:.2f}x" for key, value in ratios[label].items())
+              + f" (target <= {RATIO_TARGET}x)")
+    return ratios["run"]
 
 
 def main() -> int:
@@ -335,8 +343,8 @@ def main() -> int:
                              "first result)")
     parser.add_argument("--repeat", type=int, default=3, help="tries of --fixed-cost-only per cache state")
     parser.add_argument("--baseline", type=Path,
-                        help="with --fixed-cost-only: a checkout of another version (e.g. `git archive REV | tar -x "
-                             "-C /tmp/medeval-base`) whose tries alternate with this one's")
+                        help="a checkout of another version (e.g. `git archive REV | tar -x -C /tmp/medeval-base`) "
+                             "whose runs alternate with this one's")
     args = parser.parse_args()
     if not os.environ.get("MEDEVAL_DATA_DIR"):
         raise SystemExit("Set MEDEVAL_DATA_DIR to the data folder (e.g. ../shared/data).")
@@ -355,7 +363,8 @@ def main() -> int:
                                   args.baseline.resolve() if args.baseline else None)
             ok = max(medians["this checkout"]["cold"], medians["this checkout"]["warm"]) <= FIXED_TARGET_S
         else:
-            ratios = bench_ratio(data_dir, sample, big, folder, args.workers, args.ratio_patients, max(1, args.tries))
+            ratios = bench_ratio(data_dir, sample, big, folder, args.workers, args.ratio_patients, max(1, args.tries),
+                                 args.baseline.resolve() if args.baseline else None)
             ok = ratios["wall median"] <= RATIO_TARGET
     print(f"load average after: {Path('/proc/loadavg').read_text().strip()}")
     print("targets met" if ok else "a target was missed")
