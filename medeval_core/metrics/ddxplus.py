@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import sparse
 
 THRESHOLD = 0.01
 SUM_TOLERANCE = 1e-6
@@ -112,9 +111,9 @@ class Entries:
 
 
 def pack_roots(matrix: Any) -> np.ndarray:
-    """(patients, roots) bool matrix, dense or scipy.sparse -> (words, patients) uint64 bitmaps (word-major, so
-    that each word is one contiguous array)."""
-    dense = matrix.toarray() if sparse.issparse(matrix) else np.asarray(matrix, dtype=bool)
+    """(patients, roots) bool matrix -> (words, patients) uint64 bitmaps (word-major, so that each word is one
+    contiguous array)."""
+    dense = np.asarray(matrix, dtype=bool)
     n, width = dense.shape
     words = max(1, -(-width // _BITS))
     packed = np.zeros((n, words * 8), dtype=np.uint8)

@@ -239,8 +239,12 @@ class _ConsultSolver:
         return consult(self.agent, self.kb, case, ctx).output()
 
 
+_PROVENANCE = {"scorer": SCORER, "semantics": "mila-iqia/ddxplus compute_metrics", "threshold": 0.01}
+
+
 class MetricsScorer:
-    """The seven per-patient metrics (design.md §3.2), recomputed from the stored output and the patient."""
+    """The seven per-patient metrics (design.md §3.2): those the consultation computed for this output, else
+    recomputed from the stored output and the patient."""
 
     name = SCORER
 
@@ -248,9 +252,12 @@ class MetricsScorer:
         self.kb = kb
 
     def __call__(self, case: DDXPlusPatient, output: DDXPlusOutput, ctx: CaseContext) -> dict[str, Score]:
-        metrics, _ = patient_metrics(self.kb, case, output.differential, output.inquired)
-        provenance = {"scorer": SCORER, "semantics": "mila-iqia/ddxplus compute_metrics", "threshold": 0.01}
-        return {key: Score(value=metrics[key], provenance=provenance) for key in METRIC_KEYS}
+        metrics = output.consultation_metrics
+        if metrics is None:
+            metrics, _ = patient_metrics(self.kb, case, output.differential, output.inquired)
+        # Built without validation: the values are the metric floats and the provenance a constant (seven scores
+        # per patient, a batch run's every case).
+        return {key: Score.model_construct(value=metrics[key], provenance=dict(_PROVENANCE)) for key in METRIC_KEYS}
 
 
 METRIC_ROLES: dict[str, MetricRole] = {"GTPA@1": "accuracy", "IL": "turns"}

@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, Language, root_of
@@ -83,6 +83,13 @@ class DDXPlusOutput(BaseModel):
     differential: dict[str, float]
     inquired: list[str] = Field(description="the root asked at each turn, in order")
     missed: list[str] = Field(default_factory=list, description="present roots never inquired")
+    _metrics: dict[str, float] | None = PrivateAttr(default=None)
+    """The per-patient metrics the consultation computed for exactly this output (never stored: an output read
+    back from the store has none), so that the run's scorer does not compute them a second time."""
+
+    @property
+    def consultation_metrics(self) -> dict[str, float] | None:
+        return self._metrics
 
 
 class Verdict(BaseModel):
@@ -220,9 +227,11 @@ class Consultation:
     def output(self) -> DDXPlusOutput:
         if self.verdict is None:
             raise EpisodeError("The consultation has no differential yet.")
-        return DDXPlusOutput(index=self.patient.row, pathology=self.patient.pathology,
-                             differential=self.verdict.differential, inquired=self.verdict.inquired,
-                             missed=self.verdict.missed)
+        output = DDXPlusOutput(index=self.patient.row, pathology=self.patient.pathology,
+                               differential=self.verdict.differential, inquired=self.verdict.inquired,
+                               missed=self.verdict.missed)
+        output._metrics = self.verdict.metrics
+        return output
 
 
 def open_episode(consultation: Consultation, ctx: CaseContext,

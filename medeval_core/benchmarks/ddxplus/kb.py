@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from scipy import sparse
 
 from medeval_core.files import read_json
 
@@ -232,13 +231,6 @@ class KnowledgeBase:
             evidence = self.evidences[root]
             flags[i] = not evidence.binary and value == evidence.default_value
         return flags
-
-    @cached_property
-    def item_to_root(self) -> sparse.csr_matrix:
-        """(items x roots) 0/1 matrix: multiplying an item matrix by it gives per-root counts."""
-        n = len(self.items)
-        return sparse.csr_matrix((np.ones(n, dtype=np.int32), (np.arange(n), self.item_root)),
-                                 shape=(n, self.n_roots))
 
     @cached_property
     def root_parent(self) -> np.ndarray:

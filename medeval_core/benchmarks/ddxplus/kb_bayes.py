@@ -90,7 +90,7 @@ class KBBayesAgent:
         self.train = train
         if train is not None and len(train):
             nondefault = ~kb.item_is_default
-            self.train_items = (train.items.toarray() & nondefault[None, :])
+            self.train_items = train.item_matrix() & nondefault[None, :]
             self.train_present = train.present
             self.train_sets = train.differential > 0.01
             self.train_masses = train.differential

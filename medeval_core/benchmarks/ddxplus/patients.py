@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
-from scipy import sparse
 
 from medeval_core.benchmarks.ddxplus import kb as kb_module
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
@@ -252,12 +251,20 @@ class Listings(Sequence[tuple]):
         entries: list[Any] = names if self.masses is None else list(zip(names, self.masses.tolist(), strict=True))
         return [tuple(entries[start:stop]) for start, stop in pairwise(bounds)]
 
-    def take(self, index: np.ndarray) -> Listings:
-        """The listings of the patients at ``index``, in that order."""
+    def owners(self) -> np.ndarray:
+        """The patient of every flat entry."""
+        return np.repeat(np.arange(len(self)), np.diff(self.bounds))
+
+    def positions(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bounds and the flat positions of the entries of the patients at ``index``, in that order."""
         starts = self.bounds[:-1][index]
         counts = self.bounds[1:][index] - starts
         bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        positions = np.repeat(starts - bounds[:-1], counts) + np.arange(bounds[-1])
+        return bounds, np.repeat(starts - bounds[:-1], counts) + np.arange(bounds[-1])
+
+    def take(self, index: np.ndarray) -> Listings:
+        """The listings of the patients at ``index``, in that order."""
+        bounds, positions = self.positions(index)
         return Listings(bounds, self.codes[positions], self.labels,
                         None if self.masses is None else self.masses[positions])
 
@@ -301,24 +308,52 @@ class PatientSet:
     sex: np.ndarray
     pathology: np.ndarray
     initial_root: np.ndarray
-    items: sparse.csr_matrix
-    differential: np.ndarray
     evidences: Listings
-    """Each patient's evidence codes as listed in the file."""
+    """Each patient's evidence codes (indexes into ``kb.items``) as listed in the file."""
     differential_pairs: Listings
     """Each patient's (pathology name as written, mass) pairs as listed in the file."""
+    differential_columns: np.ndarray
+    """The KB pathology of every entry of ``differential_pairs`` (flat, in the same order)."""
     report: LoadReport
 
     def __len__(self) -> int:
         return len(self.rows)
 
+    # The matrices below are built from the flat listings when first used (the summary, an agent's training),
+    # not when the file is loaded: a run's first patient does not wait for them.
+
     @cached_property
     def present(self) -> np.ndarray:
         """(patients x roots) bool: binary roots listed, non-binary roots with a value other than the default."""
-        positive = self.items[:, ~self.kb.item_is_default]
-        counts = positive @ self.kb.item_to_root[~self.kb.item_is_default]
-        # Straight to bool: a dense matrix of counts would be four times the size (120 MB at 134,529 patients).
-        return counts.astype(bool).toarray()
+        codes = self.evidences.codes
+        positive = ~self.kb.item_is_default[codes]
+        present = np.zeros((len(self), self.kb.n_roots), dtype=bool)
+        present[self.evidences.owners()[positive], self.kb.item_root[codes[positive]]] = True
+        return present
+
+    def item_matrix(self) -> np.ndarray:
+        """(patients x KB items) bool: the items each patient lists."""
+        matrix = np.zeros((len(self), len(self.kb.items)), dtype=bool)
+        matrix[self.evidences.owners(), self.evidences.codes] = True
+        return matrix
+
+    @cached_property
+    def differential(self) -> np.ndarray:
+        """(patients x pathologies) masses of the listed differentials; a pathology listed twice in one
+        differential keeps its last mass, as when reading row by row."""
+        owner, columns, masses = (self.differential_pairs.owners(), self.differential_columns,
+                                  self.differential_pairs.masses)
+        assert masses is not None, "differential listings carry masses"
+        cell = owner * self.kb.n_pathologies + columns
+        seen = np.zeros(len(self) * self.kb.n_pathologies, dtype=bool)
+        seen[cell] = True
+        if np.count_nonzero(seen) != len(cell):
+            last = len(cell) - 1 - np.unique(cell[::-1], return_index=True)[1]
+            owner, columns, masses = owner[last], columns[last], masses[last]
+        del cell, seen
+        differential = np.zeros((len(self), self.kb.n_pathologies))
+        differential[owner, columns] = masses
+        return differential
 
     @cached_property
     def truth(self) -> GroundTruth:
@@ -369,11 +404,12 @@ class PatientSet:
 
     def subset(self, positions: Sequence[int] | np.ndarray) -> PatientSet:
         index = np.asarray(positions, dtype=np.int64)
+        _, entries = self.differential_pairs.positions(index)
         return PatientSet(
             kb=self.kb, rows=self.rows[index], age=self.age[index], sex=self.sex[index],
-            pathology=self.pathology[index], initial_root=self.initial_root[index], items=self.items[index],
-            differential=self.differential[index], evidences=self.evidences.take(index),
-            differential_pairs=self.differential_pairs.take(index), report=self.report,
+            pathology=self.pathology[index], initial_root=self.initial_root[index],
+            evidences=self.evidences.take(index), differential_pairs=self.differential_pairs.take(index),
+            differential_columns=self.differential_columns[entries], report=self.report,
         )
 
     def replicate(self, times: int, total: int | None = None) -> PatientSet:
@@ -808,31 +844,13 @@ class _Parsed:
 
 def _assemble(kb: KnowledgeBase, parsed: _Parsed) -> PatientSet:
     parts = parsed.parts
-    n = len(parts["rows"])
-    ev_bounds = np.concatenate([[0], np.cumsum(parts["ev_counts"], dtype=np.int64)])
-    # The matrix sorts its copy of the items; the listings keep the file's order.
-    items = sparse.csr_matrix((np.ones(len(parts["ev_items"]), dtype=bool), parts["ev_items"].copy(), ev_bounds),
-                              shape=(n, len(kb.items)))
-    items.sum_duplicates()
-    owner = np.repeat(np.arange(n), parts["dd_counts"])
-    columns, masses = parts["dd_columns"], parts["dd_masses"]
-    cell = owner * kb.n_pathologies + columns
-    seen = np.zeros(n * kb.n_pathologies, dtype=bool)
-    seen[cell] = True
-    if np.count_nonzero(seen) != len(cell):
-        # A pathology listed twice in one differential: its last mass counts, as when reading row by row.
-        last = len(cell) - 1 - np.unique(cell[::-1], return_index=True)[1]
-        owner, columns, masses = owner[last], columns[last], masses[last]
-    del cell, seen
-    differential = np.zeros((n, kb.n_pathologies))
-    differential[owner, columns] = masses
     return PatientSet(
         kb=kb, rows=parts["rows"], age=parts["age"], sex=parts["sex"], pathology=parts["pathology"],
-        initial_root=parts["initial_root"], items=items, differential=differential,
-        evidences=Listings(ev_bounds, parts["ev_items"], kb.items),
+        initial_root=parts["initial_root"],
+        evidences=Listings.from_counts(parts["ev_counts"], parts["ev_items"], kb.items),
         differential_pairs=Listings.from_counts(parts["dd_counts"], parts["dd_names"], parsed.names,
                                                 parts["dd_masses"]),
-        report=parsed.report,
+        differential_columns=parts["dd_columns"], report=parsed.report,
     )
 
 
