@@ -67,6 +67,15 @@ def mapped_truth_note(truth_mapped: dict[str, int], cases: int) -> str:
             f"hand-coded ({shares(truth_mapped)}).")
 
 
+class _Categories(dict[str, str | None]):
+    """Code or name -> its ICD-9 category, None for a name (not shaped like a code): worked out once per distinct
+    string (the same codes recur across 20,000 cases), then a dict look-up."""
+
+    def __missing__(self, item: str) -> str | None:
+        found = self[item] = category(item) if normalise_code(item) is not None else None
+        return found
+
+
 def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     rows = []
     for number, line in numbered_lines(path, ScoreFileError, f"does not exist; give the {what} JSON Lines file."):
@@ -88,22 +97,24 @@ def read_truth(path: Path) -> tuple[dict[str, list[str]], dict[str, int]]:
     (``mapped_truth_methods``: a records file's ``{"code", "method"}`` entries say how)."""
     truth: dict[str, list[str]] = {}
     methods: list[list[str]] = []
+    categories = _Categories()
     for number, raw in _lines(path, "truth"):
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
-        categories: list[str] = []
+        case_categories: list[str] = []
         methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
         for item in codes:
             code = item.get("code") if isinstance(item, dict) else item
-            if not isinstance(code, str) or normalise_code(code) is None:
+            found = categories[code] if isinstance(code, str) else None
+            if found is None:
                 raise ScoreFileError(f"{path} line {number}: {code!r} is not an ICD-9 code (e.g. 428.0, E815.0, "
                                      "V45.1).")
-            categories.append(category(code))
+            case_categories.append(found)
         case_id = str(raw["case_id"])
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        truth[case_id] = list(dict.fromkeys(categories))
+        truth[case_id] = list(dict.fromkeys(case_categories))
     return truth, mapped_truth_methods(methods)
 
 
@@ -123,20 +134,18 @@ def read_predictions(path: Path) -> dict[str, list[str]]:
 def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None = None) -> HitKReport:
     truth, truth_mapped = read_truth(truth_path)
     predictions = read_predictions(predictions_path)
-    names = {item for ranked in predictions.values() for item in ranked if normalise_code(item) is None}
+    categories = _Categories()
+    names = {item for ranked in predictions.values() for item in ranked if categories[item] is None}
     mapped: dict[str, str | None] = {}
     methods: Counter[str] = Counter()
     if names:
         mapper = mapper or Icd9Mapper()
         for name in sorted(names):
             mapping = mapper.map(name)
-            mapped[name] = mapping.category
+            mapped[name] = categories[name] = mapping.category
             methods[mapping.method] += 1
-    per_case: dict[str, dict[str, float]] = {}
-    for case_id, gold in truth.items():
-        ranked = predictions.get(case_id, [])
-        predicted = [category(item) if normalise_code(item) is not None else mapped.get(item) for item in ranked]
-        per_case[case_id] = case_metrics(predicted, gold)
+    per_case = {case_id: case_metrics([categories[item] for item in predictions.get(case_id, ())], gold)
+                for case_id, gold in truth.items()}
     n = len(per_case)
     metrics = {name: sum(values[name] for values in per_case.values()) / n for name in METRIC_NAMES}
     return HitKReport(
