@@ -711,7 +711,7 @@ class Store:
                 rows = connection.execute(statement, {"run_id": run_id, "status": CaseStatus.OK.value}).all()
         except DBAPIError:
             return None
-        by_metric: dict[str, list[Row[Any]]] = {}
+        by_metric: dict[str, list[Any]] = {}
         for row in rows:
             by_metric.setdefault(row[0], []).append(row)
         return [MetricTotals(name=name, cases=[row[1] for row in found], counts=[row[2] for row in found],
