@@ -30,7 +30,7 @@ from medeval_core.metrics.stats import bootstrap_mean_ci, mcnemar_exact, wilson_
 from medeval_core.records import CaseResult, CaseStatus, MetricSummary
 
 if TYPE_CHECKING:
-    from medeval_core.store import MetricTotals, Store
+    from medeval_core.store import Store
 
 
 class PairedComparison(BaseModel):
@@ -134,31 +134,6 @@ def summarize_metric_rows(rows: Iterable[tuple[str, int, Mapping[str, Any]]]) ->
     return [_summary(name, values) for name, values in sorted(means.items())]
 
 
-def summarize_stored_metrics(store: Store, run_id: str) -> list[MetricSummary]:
-    """``summarize_metric_rows`` of a stored run's finished results, with the per-case counts and sums of every
-    metric whose values are all booleans or whole numbers added up by the database (``Store.metric_totals``: one
-    row per case and metric read, no result's JSON decoded). The other metrics are read row by row as before: a
-    sum of fractions depends on the order it is added in, and the summary must stay the same to the last digit."""
-    totals = store.metric_totals(run_id)
-    exact = {} if totals is None else {found.name: found for found in totals if found.whole}
-    with gc_paused():
-        means = {name: _case_means_of_totals(found) for name, found in exact.items()}
-        if totals is None or len(exact) < len(totals):
-            rows = store.metric_rows(run_id)
-            means.update((name, values) for name, values in per_case_means_of_rows(
-                (case_id, metrics) for case_id, _repetition, metrics in rows).items() if name not in exact)
-    return [_summary(name, values) for name, values in sorted(means.items())]
-
-
-def _case_means_of_totals(totals: MetricTotals) -> CaseMeans:
-    """``per_case_means_of_rows``'s reduction of one metric (cases sorted by id), from the database's totals."""
-    cases = np.array(totals.cases, dtype=str)
-    order = np.argsort(cases, kind="stable")
-    counts = np.asarray(totals.counts, dtype=np.int64)[order]
-    return CaseMeans(cases=cases[order], means=np.asarray(totals.sums, dtype=float)[order] / counts,
-                     draws=int(counts.sum()), binary=totals.binary)
-
-
 def compare_runs(run_a: str, results_a: list[CaseResult], run_b: str, results_b: list[CaseResult]) -> RunComparison:
     with gc_paused():
         values_a, values_b = _per_case_means(results_a), _per_case_means(results_b)
@@ -229,7 +204,7 @@ def run_summaries(store: Store, run_id: str) -> list[MetricSummary]:
     """``summarize_metrics`` of a stored run, cached per (database, run, result count, newest result row): a
     page rerun costs one COUNT query; a new or replaced result recomputes it (least recently used go first)."""
     key = ("summaries", store.url, run_id, store.results_stamp(run_id))
-    summaries = _cached(key, lambda: tuple(summarize_stored_metrics(store, run_id)))
+    summaries = _cached(key, lambda: tuple(summarize_metric_rows(store.metric_rows(run_id))))
     return [summary.model_copy() for summary in summaries]
 
 

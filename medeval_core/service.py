@@ -613,9 +613,9 @@ class RunSnapshot(BaseModel):
 def case_metric_summaries(store: Store, run_id: str) -> list[MetricSummary]:
     """Every per-case metric of the run's finished results with its interval, computed from the results (what a
     run stores with its closing summary)."""
-    from medeval_core.compare import summarize_stored_metrics
+    from medeval_core.compare import summarize_metric_rows
 
-    return summarize_stored_metrics(store, run_id)
+    return summarize_metric_rows(store.metric_rows(run_id))
 
 
 def metric_summaries(store: Store, run_id: str, overview: RunOverview | None = None,

@@ -89,71 +89,14 @@ def test_run_summaries_are_cached_until_a_result_is_added(isolated_store: str,
     store.create_run(RunConfig(benchmark="demo"), run_id="r")
     store.save_case_records([CaseRecords(result=result(f"c{i}", correct=i < 3)) for i in range(4)])
     calls = []
-    real = compare.summarize_stored_metrics
-    monkeypatch.setattr(compare, "summarize_stored_metrics",
-                        lambda store, run_id: calls.append(1) or real(store, run_id))
+    real = compare.summarize_metric_rows
+    monkeypatch.setattr(compare, "summarize_metric_rows", lambda rows: calls.append(1) or real(rows))
     first = run_summaries(store, "r")
     assert run_summaries(store, "r") == first and len(calls) == 1
     store.save_case_records([CaseRecords(result=result("c9", correct=True))])
     [updated] = run_summaries(store, "r")
     assert len(calls) == 2 and updated.n == 5 and updated.value == pytest.approx(0.8)
     assert [updated] == summarize_metrics(store.results("r"))  # the same as over the full records
-
-
-def seeded_results(run: str, cases: int = 300, repetitions: int = 3) -> list[CaseRecords]:
-    """Results of every kind a summary meets: booleans, whole numbers (ints and floats like 3.0), fractions, values
-    that are not numbers, metrics some results lack, failed results, case ids stored out of their sorted order."""
-    rng = np.random.default_rng(7)
-    records = []
-    for i in rng.permutation(cases).tolist():
-        case = f"case-{i}" if i % 7 else f"cas\u00e9-{i}"
-        for rep in range(repetitions):
-            metrics: dict[str, object] = {"correct": bool(rng.random() < 0.6), "turns": int(rng.integers(0, 30)),
-                                          "cost": float(rng.integers(0, 12)), "note": "text", "missing": None}
-            if i % 5:
-                metrics["DDF1"] = float(rng.random() * 100)
-            if i % 3 == 0:
-                metrics["mixed"] = True if rep == 0 else 2
-            status = CaseStatus.FAILED if (i + rep) % 11 == 0 else CaseStatus.OK
-            records.append(CaseRecords(result=CaseResult(run_id=run, case_id=case, repetition=rep, status=status,
-                                                         metrics=metrics)))
-    return records
-
-
-def test_summary_from_database_totals_equals_the_full_read(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The database adds up the whole-number metrics (SQLite and PostgreSQL); the summary is exactly the one
-    computed from every result, fractions (read row by row) included."""
-    store = Store(db_url)
-    store.create_run(RunConfig(benchmark="demo"), run_id="seeded")
-    store.save_case_records(seeded_results("seeded"))
-    totals = {found.name: found for found in store.metric_totals("seeded") or []}
-    assert {name for name, found in totals.items() if found.whole} == {"correct", "turns", "cost", "mixed"}
-    assert totals["correct"].binary and not totals["mixed"].binary and not totals["DDF1"].whole
-    from_totals = compare.summarize_stored_metrics(store, "seeded")
-    assert from_totals == compare.summarize_metric_rows(store.metric_rows("seeded"))
-    assert from_totals == summarize_metrics(store.results("seeded"))
-    assert [s.metric for s in from_totals] == ["DDF1", "correct", "cost", "mixed", "turns"]
-
-    # Only whole-number metrics: no result row is read at all.
-    store.create_run(RunConfig(benchmark="demo"), run_id="whole")
-    store.save_case_records([CaseRecords(result=result(f"c{i}", rep, run="whole", correct=i % 3 == 0, turns=i))
-                             for i in range(50) for rep in range(2)])
-    expected = compare.summarize_metric_rows(store.metric_rows("whole"))
-    monkeypatch.setattr(Store, "metric_rows", lambda self, run_id: pytest.fail("read the rows"))
-    assert compare.summarize_stored_metrics(store, "whole") == expected
-
-
-def test_summary_falls_back_to_the_rows_when_sqlite_cannot_read_the_json(isolated_store: str) -> None:
-    """NaN is no JSON for SQLite's json_each: the summary is then computed from the rows (NaN left out)."""
-    store = Store(isolated_store)
-    store.create_run(RunConfig(benchmark="demo"), run_id="nan")
-    store.save_case_records([CaseRecords(result=result(f"c{i}", run="nan", correct=i < 3,
-                                                       score=float("nan") if i == 0 else i / 3))
-                             for i in range(6)])
-    assert store.metric_totals("nan") is None
-    summaries = compare.summarize_stored_metrics(store, "nan")
-    assert summaries == summarize_metrics(store.results("nan"))
-    assert {s.metric: s.n for s in summaries} == {"correct": 6, "score": 5}
 
 
 def stored_run(store: Store, run_id: str, benchmark: str, params: dict, kind: str = "batch",

@@ -17,14 +17,13 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint, cast, event, false, func, or_, text
 from sqlalchemy.engine import Connection, Engine, Row, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
 from medeval_core.errors import DuplicateResultError, StoreError, one_line
@@ -252,21 +251,6 @@ def redact_url(url: str) -> str:
     """The URL without any credential (userinfo password, ``password`` query parameter, libpq key=value
     password), for the sidebar, logs and errors; works on text SQLAlchemy cannot parse too."""
     return mask_credentials(url)
-
-
-@dataclass(frozen=True)
-class MetricTotals:
-    """One metric of a run's finished results added up per case by the database (``Store.metric_totals``)."""
-
-    name: str
-    cases: list[str]
-    counts: list[int]
-    """Numeric values (booleans as 0/1) per case."""
-    sums: list[float]
-    binary: bool
-    """Every value a boolean."""
-    whole: bool
-    """Every value a boolean or a whole number: the sums are exact whatever order the database added them in."""
 
 
 class Store:
@@ -677,47 +661,6 @@ class Store:
             rows = connection.execute(statement).all()
             metrics = _decode_json([row[2] for row in rows])
             return [(row[0], row[1], values) for row, values in zip(rows, metrics, strict=True)]
-
-    def metric_totals(self, run_id: str) -> list[MetricTotals] | None:
-        """Each metric's numeric values (numbers and booleans, as ``compare.per_case_means_of_rows`` counts them)
-        in a run's finished results, counted and added up per case by the database (``json_each``, GROUP BY), so
-        that a summary reads one row per case and metric instead of every result's JSON. None when the database
-        cannot read the stored JSON itself (a value SQLite's JSON functions refuse, such as NaN): the caller reads
-        the rows instead."""
-        if self.engine.dialect.name == "postgresql":
-            # json_typeof says number, not integer or real: a number is whole when it equals its truncation.
-            number = "(j.value::text)::numeric"
-            statement = text(f"""
-                SELECT j.key, r.case_id, COUNT(*),
-                       SUM(CASE WHEN json_typeof(j.value) = 'boolean' THEN (j.value::text = 'true')::int
-                                ELSE {number} END),
-                       BOOL_AND(json_typeof(j.value) = 'boolean'),
-                       BOOL_AND(json_typeof(j.value) = 'boolean' OR {number} = trunc({number}))
-                FROM case_results r, json_each(r.metrics) j
-                WHERE r.run_id = :run_id AND r.status = :status AND json_typeof(j.value) IN ('boolean', 'number')
-                GROUP BY j.key, r.case_id""")
-        else:
-            statement = text("""
-                SELECT j.key, r.case_id, COUNT(*),
-                       SUM(CASE j.type WHEN 'true' THEN 1 WHEN 'false' THEN 0 ELSE j.value END),
-                       MIN(j.type IN ('true', 'false')),
-                       MIN(COALESCE(j.type <> 'real' OR j.value = CAST(j.value AS INTEGER), 0))
-                FROM case_results r, json_each(r.metrics) j
-                WHERE r.run_id = :run_id AND r.status = :status
-                  AND j.type IN ('true', 'false', 'integer', 'real')
-                GROUP BY j.key, r.case_id""")
-        try:
-            with gc_paused(), self.engine.connect() as connection:
-                rows = connection.execute(statement, {"run_id": run_id, "status": CaseStatus.OK.value}).all()
-        except DBAPIError:
-            return None
-        by_metric: dict[str, list[Any]] = {}
-        for row in rows:
-            by_metric.setdefault(row[0], []).append(row)
-        return [MetricTotals(name=name, cases=[row[1] for row in found], counts=[row[2] for row in found],
-                             sums=[float(row[3]) for row in found], binary=all(row[4] for row in found),
-                             whole=all(row[5] for row in found))
-                for name, found in by_metric.items()]
 
     def results_frame(self, run_id: str) -> Any:
         """A run's finished results as a pandas DataFrame: case_id, repetition, then one column per metric."""
