@@ -174,11 +174,10 @@ def _repeated(owner: np.ndarray, values: np.ndarray, n_owners: int) -> np.ndarra
     width = int(values.max()) + 1
     key = owner * width + values
     if n_owners * width <= 1 << 27:
-        # Most files repeat nothing: one scatter says so without sorting.
-        seen = np.zeros(n_owners * width, dtype=bool)
-        seen[key] = True
-        if np.count_nonzero(seen) == len(key):
-            return found
+        # One scatter, no sort: an owner repeats a value when it lists more values than it has distinct ones.
+        seen = np.zeros((n_owners, width), dtype=bool)
+        seen.reshape(-1)[key] = True
+        return np.count_nonzero(seen, axis=1) < np.bincount(owner, minlength=n_owners)
     order = np.argsort(key, kind="stable")
     again = key[order][1:] == key[order][:-1]
     found[owner[order][1:][again]] = True
