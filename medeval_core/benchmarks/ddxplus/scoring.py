@@ -171,16 +171,23 @@ def _repeated(owner: np.ndarray, values: np.ndarray, n_owners: int) -> np.ndarra
     found = np.zeros(n_owners, dtype=bool)
     if not len(values):
         return found
-    width = int(values.max()) + 1
-    key = owner * width + values
-    if n_owners * width <= 1 << 27:
-        # One scatter, no sort: an owner repeats a value when it lists more values than it has distinct ones.
-        seen = np.zeros((n_owners, width), dtype=bool)
-        seen.reshape(-1)[key] = True
-        return np.count_nonzero(seen, axis=1) < np.bincount(owner, minlength=n_owners)
-    order = np.argsort(key, kind="stable")
-    again = key[order][1:] == key[order][:-1]
-    found[owner[order][1:][again]] = True
+    if np.any(owner[1:] < owner[:-1]):
+        key = owner * (int(values.max()) + 1) + values
+        order = np.argsort(key, kind="stable")
+        again = key[order][1:] == key[order][:-1]
+        found[owner[order][1:][again]] = True
+        return found
+    # Each owner's entries are contiguous (every caller lists them owner by owner): its values OR-ed into bit sets
+    # of 64 values a word, no sort and no owners x values table; it repeats one when the sets hold fewer than it
+    # lists.
+    starts = np.flatnonzero(np.concatenate([[True], owner[1:] != owner[:-1]]))
+    listed = np.diff(np.concatenate([starts, [len(owner)]]))
+    word = values >> 6
+    bits = np.left_shift(np.uint64(1), (values & 63).astype(np.uint64))
+    distinct = np.zeros(len(starts), dtype=np.int64)
+    for index in range(int(word.max()) + 1):
+        distinct += np.bitwise_count(np.bitwise_or.reduceat(np.where(word == index, bits, np.uint64(0)), starts))
+    found[owner[starts]] = distinct < listed
     return found
 
 
