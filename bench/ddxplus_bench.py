@@ -78,9 +78,9 @@ os.sched_setaffinity(0, set(json.loads(sys.argv[1]))) if hasattr(os, "sched_seta
 start = time.perf_counter()
 done = subprocess.run(sys.argv[3:], cwd=sys.argv[2], capture_output=True, text=True)
 wall = time.perf_counter() - start
-peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"wall": wall, "peak_mb": peak_kb / 1024, "rc": done.returncode, "out": done.stdout,
-                  "err": done.stderr[-2000:]}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "peak_mb": usage.ru_maxrss / 1024, "cpu": usage.ru_utime + usage.ru_stime,
+                  "rc": done.returncode, "out": done.stdout, "err": done.stderr[-2000:]}))
 """
 
 
@@ -219,7 +219,8 @@ def plain_score(patients_csv: Path, predictions_path: Path, kb_dir: Path) -> dic
 
 def _measured(command: list[str], cwd: Path, cpus: set[int]) -> tuple[float, dict[str, Any]]:
     """One run of ``command`` in a fresh measuring process, with an empty parse cache (every run parses the
-    patients file, as the first run on a file does): (wall seconds, {peak_mb, metrics})."""
+    patients file, as the first run on a file does): (wall seconds, {peak_mb, cpu, metrics}); cpu is user +
+    system time of the command and its children."""
     with tempfile.TemporaryDirectory() as cache:
         done = subprocess.run(
             [sys.executable, "-c", _MEASURE, json.dumps(sorted(cpus)), str(cwd), *command],
@@ -228,7 +229,7 @@ def _measured(command: list[str], cwd: Path, cpus: set[int]) -> tuple[float, dic
     result = json.loads(done.stdout)
     if result["rc"] != 0:
         raise SystemExit(f"{' '.join(command)} failed in {cwd}:\n{result['err']}")
-    return result["wall"], {"peak_mb": result["peak_mb"], "metrics": json.loads(result["out"])}
+    return result["wall"], {"peak_mb": result["peak_mb"], "cpu": result["cpu"], "metrics": json.loads(result["out"])}
 
 
 def bench_cli(data_dir: Path, total: int, records: list[dict[str, Any]], expected: dict[str, float], cpus: set[int],
@@ -255,6 +256,8 @@ def bench_cli(data_dir: Path, total: int, records: list[dict[str, Any]], expecte
         other = timings[f"baseline {baseline}"]
         print(f"  baseline checkout {baseline}: min {other.min:.3f} s  median {other.median:.3f} s  "
               f"(ratio baseline / this checkout {other.median / mine.median:.2f}x on medians)")
+    print("  CPU (user + system) of the last run: " + ", ".join(f"{label} {timing.result['cpu']:.2f} s"
+                                                               for label, timing in timings.items()))
     print(f"  peak RSS: this checkout {mine.result['peak_mb']:.0f} MB (target <= {CLI_TARGET_MB:.0f} MB); "
           f"targets: median <= {CLI_TARGET_S:.0f} s wall; every side printed the in-memory metrics to 1e-9")
     return mine.median <= CLI_TARGET_S and mine.result["peak_mb"] <= CLI_TARGET_MB
