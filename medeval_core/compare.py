@@ -95,16 +95,16 @@ def per_case_means_of_rows(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> dic
             column[1].append(float(value))
     if not columns:
         return {}
-    names = np.array(list(case_index), dtype=object)
+    names = np.array(list(case_index), dtype=str)
+    # The case ids sorted once for every metric (they are distinct: each metric's cases keep this order).
+    by_name = np.argsort(names, kind="stable")
     table = {}
     for name, (indices, values) in columns.items():
         idx = np.asarray(indices, dtype=np.int64)
         counts = np.bincount(idx, minlength=len(names))
         sums = np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=len(names))
-        present = np.flatnonzero(counts)
-        order = np.argsort(names[present].astype(str), kind="stable")
-        keep = present[order]
-        table[name] = CaseMeans(cases=names[keep].astype(str), means=sums[keep] / counts[keep], draws=len(values),
+        keep = by_name[counts[by_name] > 0]
+        table[name] = CaseMeans(cases=names[keep], means=sums[keep] / counts[keep], draws=len(values),
                                 binary=name not in not_binary)
     return table
 

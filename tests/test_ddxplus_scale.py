@@ -258,3 +258,35 @@ def test_bulk_number_parsing_is_floats_own():
     expected[~keep] = np.nan
     expected[1] = np.nan
     np.testing.assert_array_equal(partly, expected)
+
+
+def test_lines_read_by_a_forked_process_score_as_read_in_place(tmp_path, kb, monkeypatch):
+    """``score ddxplus`` reads the predictions in a forked process while it loads the patients: the same
+    predictions as a read in place, the same refusal for a bad file, and no child left behind when the caller
+    stops early."""
+    import os
+
+    header, rows = _rows()
+    patients = load_patients(_write(tmp_path / "p.csv", header, rows), kb)
+    _predictions(tmp_path / "p.jsonl", kb, rows, seed=3)
+    with scoring_module.lines_read_aside(tmp_path / "p.jsonl") as lines:
+        assert lines is not None
+        aside = read_predictions(tmp_path / "p.jsonl", patients, lines)
+    in_place = read_predictions(tmp_path / "p.jsonl", patients)
+    for key, value in score(patients, in_place).per_patient.items():
+        np.testing.assert_array_equal(score(patients, aside).per_patient[key], value, err_msg=key)
+    assert aside.warnings == in_place.warnings
+
+    (tmp_path / "bad.jsonl").write_bytes(b'{"index": 0, "differential": {"URTI": 1.0}}\n\xff\n')
+    with scoring_module.lines_read_aside(tmp_path / "bad.jsonl") as lines, \
+            pytest.raises(PredictionFileError, match="line 2 is not UTF-8"):
+        read_predictions(tmp_path / "bad.jsonl", patients, lines)
+
+    forked = []
+    fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forked.append(pid := fork()) or pid)
+    with pytest.raises(RuntimeError), scoring_module.lines_read_aside(tmp_path / "p.jsonl"):
+        raise RuntimeError("the patients could not be loaded")
+    [child] = forked
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)  # the reader was waited for

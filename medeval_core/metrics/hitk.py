@@ -15,24 +15,29 @@ KS = (5, 10)
 def hit_rec_at(predicted: Sequence[str | None], truth: Sequence[str], k: int) -> tuple[float, float]:
     """(Hit@k, Rec@k) of one case. ``predicted`` is ranked; ``None`` marks a prediction that maps to no code
     (it keeps its rank, so an unmappable name still uses one of the k places). No ground truth gives (0, 0)."""
+    _check(k)
+    return _hit_rec(predicted[:k], set(truth))
+
+
+def _check(k: int) -> None:
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}.")
-    top = {category for category in predicted[:k] if category is not None}
-    gold = set(truth)
-    common = top & gold
-    hit = 1.0 if common else 0.0
-    recall = len(common) / len(gold) if gold else 0.0
-    return hit, recall
+
+
+def _hit_rec(top: Sequence[str | None], gold: set[str]) -> tuple[float, float]:
+    common = gold.intersection(top)  # None (unmapped) is never a ground-truth category
+    return (1.0 if common else 0.0), (len(common) / len(gold) if gold else 0.0)
 
 
 def case_metrics(predicted: Sequence[str | None], truth: Sequence[str],
                  ks: Sequence[int] = KS) -> dict[str, float]:
-    """``Hit@k`` and ``Rec@k`` for every k of one case."""
+    """``Hit@k`` and ``Rec@k`` for every k of one case (the truth's set made once for all k: ``score hitk`` calls
+    this for every one of 20,000 cases)."""
+    gold = set(truth)
     metrics: dict[str, float] = {}
     for k in ks:
-        hit, recall = hit_rec_at(predicted, truth, k)
-        metrics[f"Hit@{k}"] = hit
-        metrics[f"Rec@{k}"] = recall
+        _check(k)
+        metrics[f"Hit@{k}"], metrics[f"Rec@{k}"] = _hit_rec(predicted[:k], gold)
     return metrics
 
 

@@ -672,9 +672,9 @@ class Store:
         without the outputs, scores and timestamps."""
         table = _table(CaseResultRow)
         statement = (select(table.c.case_id, table.c.repetition, cast(table.c.metrics, Text))
-                     .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK).order_by(table.c.id))
+                     .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK.value).order_by(table.c.id))
         with gc_paused(), self.engine.connect() as connection:
-            rows = connection.execute(statement).all()
+            rows = _driver_rows(connection, statement)
             metrics = _decode_json([row[2] for row in rows])
             return [(row[0], row[1], values) for row, values in zip(rows, metrics, strict=True)]
 
@@ -1005,6 +1005,21 @@ def _insert_rows(connection: Connection, table: Table, rows: Sequence[dict[str, 
         return
     marks = ", ".join(("?" if dialect.paramstyle == "qmark" else "%s") for _ in keys)
     connection.exec_driver_sql(f"INSERT INTO {quote.format_table(table)} ({columns}) VALUES ({marks})", values)
+
+
+def _driver_rows(connection: Connection, statement: Any) -> list[tuple[Any, ...]]:
+    """The rows of ``statement`` (plain columns, parameters that need no conversion) from the driver's own cursor:
+    over 100,000 rows SQLAlchemy's result rows cost more than the query itself (0.16 s against 0.07 s on
+    SQLite)."""
+    compiled = statement.compile(dialect=connection.dialect)
+    values = tuple(compiled.params[name] for name in compiled.positiontup or ()) if compiled.positional \
+        else compiled.params
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(compiled.string, values)
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
 
 
 def _table(model: type[SQLModel]) -> Table:

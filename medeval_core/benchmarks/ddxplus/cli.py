@@ -131,13 +131,19 @@ def load_inputs(args: argparse.Namespace) -> tuple[KnowledgeBase, PatientSet]:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from medeval_core.benchmarks.ddxplus.scoring import PredictionFileError, read_predictions, score
+    from medeval_core.benchmarks.ddxplus.scoring import (
+        PredictionFileError,
+        lines_read_aside,
+        read_predictions,
+        score,
+    )
 
-    _, patients = load_inputs(args)
-    try:
-        predictions = read_predictions(args.predictions, patients)
-    except PredictionFileError as exc:
-        raise CommandError(str(exc)) from None
+    with lines_read_aside(args.predictions) as lines:
+        _, patients = load_inputs(args)
+        try:
+            predictions = read_predictions(args.predictions, patients, lines)
+        except PredictionFileError as exc:
+            raise CommandError(str(exc)) from None
     for warning in predictions.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     report = score(patients, predictions)

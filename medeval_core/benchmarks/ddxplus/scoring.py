@@ -34,8 +34,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
+import pickle
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -167,17 +171,23 @@ def _repeated(owner: np.ndarray, values: np.ndarray, n_owners: int) -> np.ndarra
     found = np.zeros(n_owners, dtype=bool)
     if not len(values):
         return found
-    width = int(values.max()) + 1
-    key = owner * width + values
-    if n_owners * width <= 1 << 27:
-        # Most files repeat nothing: one scatter says so without sorting.
-        seen = np.zeros(n_owners * width, dtype=bool)
-        seen[key] = True
-        if np.count_nonzero(seen) == len(key):
-            return found
-    order = np.argsort(key, kind="stable")
-    again = key[order][1:] == key[order][:-1]
-    found[owner[order][1:][again]] = True
+    if np.any(owner[1:] < owner[:-1]):
+        key = owner * (int(values.max()) + 1) + values
+        order = np.argsort(key, kind="stable")
+        again = key[order][1:] == key[order][:-1]
+        found[owner[order][1:][again]] = True
+        return found
+    # Each owner's entries are contiguous (every caller lists them owner by owner): its values OR-ed into bit sets
+    # of 64 values a word, no sort and no owners x values table; it repeats one when the sets hold fewer than it
+    # lists.
+    starts = np.flatnonzero(np.concatenate([[True], owner[1:] != owner[:-1]]))
+    listed = np.diff(np.concatenate([starts, [len(owner)]]))
+    word = values >> 6
+    bits = np.left_shift(np.uint64(1), (values & 63).astype(np.uint64))
+    distinct = np.zeros(len(starts), dtype=np.int64)
+    for index in range(int(word.max()) + 1):
+        distinct += np.bitwise_count(np.bitwise_or.reduceat(np.where(word == index, bits, np.uint64(0)), starts))
+    found[owner[starts]] = distinct < listed
     return found
 
 
@@ -424,8 +434,7 @@ class _Lines:
     """Every prediction line of a file, as arrays in line order: those in the documented layout read in bulk, the
     others through ``_parse_line``."""
 
-    def __init__(self, total_rows: int) -> None:
-        self.total_rows = total_rows
+    def __init__(self) -> None:
         self.names: dict[str, int] = {}
         self.codes: dict[str, int] = {}
         self.parts: dict[str, list[np.ndarray]] = {key: [] for key in _LINE_ARRAYS}
@@ -554,14 +563,14 @@ class _Lines:
             lines[i] = ""
         self.block("\n".join(lines), first_line)
 
-    def read_slow(self, name: str) -> None:
+    def read_slow(self, name: str, total_rows: int) -> None:
         """The lines outside the layout, through ``_parse_line``, up to the first that fails."""
         rows: dict[str, list[Any]] = {key: [] for key in _LINE_ARRAYS}
         for number, line in sorted(self.slow.items()):
             if not line.strip():
                 continue
             try:
-                index, entries, inquired = _parse_line(line, f"{name} line {number}", self.total_rows, None)
+                index, entries, inquired = _parse_line(line, f"{name} line {number}", total_rows, None)
             except PredictionFileError:
                 self.first_error = number
                 break
@@ -607,12 +616,9 @@ def _line_at(path: Path, number: int) -> str:
     raise AssertionError(f"{path} has no line {number}")
 
 
-def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
-    path = Path(path)
-    if not path.is_file():
-        raise PredictionFileError(f"{path} does not exist; give a JSON Lines file with one prediction per patient.")
-    total_rows = patients.report.total_rows
-    lines = _Lines(total_rows)
+def _read_lines(path: Path) -> _Lines:
+    """Every line of the file in bulk (the lines outside the layout kept for ``read_slow``); needs no patients."""
+    lines = _Lines()
     first_line = 1
     # Decoded as iterating over the file would: BOM dropped, newlines translated.
     try:
@@ -623,7 +629,56 @@ def read_predictions(path: str | Path, patients: PatientSet) -> Predictions:
     except UnicodeDecodeError:
         raise PredictionFileError(f"{path.name} line {_first_undecodable_line(path)} is not UTF-8 text; save the "
                                   "predictions as UTF-8 JSON Lines.") from None
-    lines.read_slow(path.name)
+    return lines
+
+
+@contextmanager
+def lines_read_aside(path: str | Path) -> Iterator[Callable[[], _Lines] | None]:
+    """The prediction file's lines read by a forked process while the caller does something else (``score
+    ddxplus`` loads the patients meanwhile: on two cores the two files are read at once). Gives the function that
+    waits for them, or None where there is no ``fork`` or no such file (then ``read_predictions`` reads, and
+    refuses, as usual). A read that fails in the child is done again by the caller, for its error."""
+    path = Path(path)
+    if "fork" not in multiprocessing.get_all_start_methods() or not path.is_file():
+        yield None
+        return
+    readable, writable = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked reader; its result is checked in the parent
+        os.close(readable)
+        try:
+            payload = pickle.dumps(_read_lines(path), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # noqa: BLE001 - the caller reads the file again and raises the error itself
+            payload = b""
+        try:
+            with os.fdopen(writable, "wb") as out:
+                out.write(payload)
+        finally:
+            os._exit(0)
+    os.close(writable)
+    incoming = os.fdopen(readable, "rb")
+
+    def result() -> _Lines:
+        payload = incoming.read()
+        return pickle.loads(payload) if payload else _read_lines(path)
+
+    try:
+        yield result
+    finally:
+        incoming.close()  # a child still writing (the caller stopped early) gets a broken pipe and exits
+        os.waitpid(child, 0)
+
+
+def read_predictions(path: str | Path, patients: PatientSet,
+                     lines_aside: Callable[[], _Lines] | None = None) -> Predictions:
+    """The predictions of ``path`` aligned with ``patients``; ``lines_aside``: the lines ``lines_read_aside`` is
+    reading."""
+    path = Path(path)
+    if not path.is_file():
+        raise PredictionFileError(f"{path} does not exist; give a JSON Lines file with one prediction per patient.")
+    total_rows = patients.report.total_rows
+    lines = lines_aside() if lines_aside is not None else _read_lines(path)
+    lines.read_slow(path.name, total_rows)
     parts = lines.arrays()
     index, line = parts["index"], parts["line"]
     name_table, code_table = list(lines.names), list(lines.codes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.files import json_value, numbered_lines, problem_of
-from medeval_core.icd9 import Icd9Mapper, category, normalise_code
+from medeval_core.icd9 import Icd9Error, Icd9Mapper, category
+from medeval_core.memory import gc_paused
 from medeval_core.metrics.hitk import KS, case_metrics
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 
@@ -67,6 +69,20 @@ def mapped_truth_note(truth_mapped: dict[str, int], cases: int) -> str:
             f"hand-coded ({shares(truth_mapped)}).")
 
 
+class _Categories(dict[str, str | None]):
+    """Code or name -> its ICD-9 category, None for a name (not shaped like a code): worked out once per distinct
+    string (the same codes recur across 20,000 cases), then a dict look-up."""
+
+    def __missing__(self, item: str) -> str | None:
+        found: str | None
+        try:
+            found = category(item)
+        except Icd9Error:
+            found = None
+        self[item] = found
+        return found
+
+
 def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     rows = []
     for number, line in numbered_lines(path, ScoreFileError, f"does not exist; give the {what} JSON Lines file."):
@@ -83,27 +99,29 @@ def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def read_truth(path: Path) -> tuple[dict[str, list[str]], dict[str, int]]:
+def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, list[str]], dict[str, int]]:
     """Case id -> ground-truth categories (distinct, in order), and the cases whose codes were mapped from a name
     (``mapped_truth_methods``: a records file's ``{"code", "method"}`` entries say how)."""
     truth: dict[str, list[str]] = {}
     methods: list[list[str]] = []
+    categories = _Categories() if categories is None else categories
     for number, raw in _lines(path, "truth"):
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
-        categories: list[str] = []
-        methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
-        for item in codes:
-            code = item.get("code") if isinstance(item, dict) else item
-            if not isinstance(code, str) or normalise_code(code) is None:
-                raise ScoreFileError(f"{path} line {number}: {code!r} is not an ICD-9 code (e.g. 428.0, E815.0, "
-                                     "V45.1).")
-            categories.append(category(code))
+        if not set(map(type, codes)) <= {str}:
+            # A records file's {"code", "method"} entries; plain code lists (the usual truth file) skip this.
+            methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
+            codes = [item.get("code") if isinstance(item, dict) else item for item in codes]
+        case_categories = [categories[code] if isinstance(code, str) else None for code in codes]
+        if None in case_categories:
+            code = codes[case_categories.index(None)]
+            raise ScoreFileError(f"{path} line {number}: {code!r} is not an ICD-9 code (e.g. 428.0, E815.0, "
+                                 "V45.1).")
         case_id = str(raw["case_id"])
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        truth[case_id] = list(dict.fromkeys(categories))
+        truth[case_id] = [found for found in dict.fromkeys(case_categories) if found is not None]
     return truth, mapped_truth_methods(methods)
 
 
@@ -111,7 +129,7 @@ def read_predictions(path: Path) -> dict[str, list[str]]:
     predictions: dict[str, list[str]] = {}
     for number, raw in _lines(path, "predictions"):
         ranked = raw.get("predictions")
-        if not isinstance(ranked, list) or not all(isinstance(item, str) for item in ranked):
+        if not isinstance(ranked, list) or not set(map(type, ranked)) <= {str}:
             raise ScoreFileError(f'{path} line {number}: "predictions" must be a ranked list of codes or names.')
         case_id = str(raw["case_id"])
         if case_id in predictions:
@@ -121,25 +139,31 @@ def read_predictions(path: Path) -> dict[str, list[str]]:
 
 
 def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None = None) -> HitKReport:
-    truth, truth_mapped = read_truth(truth_path)
+    # Many small acyclic objects (the lines, the per-case figures): the collector would rescan them as they grow.
+    with gc_paused():
+        return _score_files(predictions_path, truth_path, mapper)
+
+
+def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None) -> HitKReport:
+    categories = _Categories()
+    truth, truth_mapped = read_truth(truth_path, categories)
     predictions = read_predictions(predictions_path)
-    names = {item for ranked in predictions.values() for item in ranked if normalise_code(item) is None}
+    names = {item for item in set(chain.from_iterable(predictions.values())) if categories[item] is None}
     mapped: dict[str, str | None] = {}
     methods: Counter[str] = Counter()
     if names:
         mapper = mapper or Icd9Mapper()
         for name in sorted(names):
             mapping = mapper.map(name)
-            mapped[name] = mapping.category
+            mapped[name] = categories[name] = mapping.category
             methods[mapping.method] += 1
-    per_case: dict[str, dict[str, float]] = {}
-    for case_id, gold in truth.items():
-        ranked = predictions.get(case_id, [])
-        predicted = [category(item) if normalise_code(item) is not None else mapped.get(item) for item in ranked]
-        per_case[case_id] = case_metrics(predicted, gold)
+    per_case = {case_id: case_metrics(list(map(categories.__getitem__, predictions.get(case_id, ()))), gold)
+                for case_id, gold in truth.items()}
     n = len(per_case)
     metrics = {name: sum(values[name] for values in per_case.values()) / n for name in METRIC_NAMES}
-    return HitKReport(
+    # Built from values of the declared types: validating 20,000 cases' figures again would cost more than
+    # scoring them.
+    return HitKReport.model_construct(
         metrics=metrics, n=n, per_case=per_case,
         unmapped=sorted(name for name, value in mapped.items() if value is None),
         missing_predictions=[case_id for case_id in truth if case_id not in predictions],
