@@ -282,6 +282,7 @@ class OfflineGatekeeper:
         self._entries = [catalog.exact(candidate.label) for candidate in self.tests]
         self._component_entries = [catalog.exact(candidate.label) for candidate in self.components]
         self._entries_by_embedding: list[CatalogEntry | None] | None = None
+        self._names_encoded = False
         self._sentence_index: Any = None
 
     def describe(self) -> dict[str, Any]:
@@ -295,7 +296,10 @@ class OfflineGatekeeper:
         answers = [self._by_name(request) for request in requests]
         # Only orders that neither the case's names nor the vocabulary decide are encoded: together, in one call.
         pending = [i for i, found in enumerate(answers) if found is None]
-        vectors = embed([self.catalog.vocabulary.rewritten(requests[i]) for i in pending]) if pending else None
+        orders = [self.catalog.vocabulary.rewritten(requests[i]) for i in pending]
+        # An order matched by meaning is then compared with the case's own names: they go into the same encoder
+        # call the first time (each call has a fixed cost larger than a few short names; ``embed`` remembers them).
+        vectors = embed(orders + self._names_to_compare())[:len(orders)] if pending else None
         for row, i in enumerate(pending):
             assert vectors is not None
             answers[i] = self._by_meaning(requests[i], vectors[row])
@@ -397,6 +401,16 @@ class OfflineGatekeeper:
 
     def _has_lines(self, test: str) -> bool:
         return any(component.parent == test for component in self.components)
+
+    def _names_to_compare(self) -> list[str]:
+        """The case's names an order matched by meaning may be compared with (``_similar``,
+        ``_embedded_entries``), until they have been encoded once."""
+        if self._names_encoded:
+            return []
+        self._names_encoded = True
+        return [candidate.label for candidate in self.tests + self.components] + [
+            self.catalog.vocabulary.rewritten(self.tests[i].label)
+            for i, entry in enumerate(self._entries) if entry is None]
 
     def _embedded_entries(self) -> list[CatalogEntry | None]:
         """The case's test names as catalogue tests, those the vocabulary lacks taken by embedding (at the
