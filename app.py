@@ -83,14 +83,15 @@ def show_status() -> None:
     else:
         st.error(f"The store at {literal(store.url)} cannot be opened: {literal(store.error)}. Check "
                  "MEDEVAL_DB_URL.")
+    # One markdown element per list: each element is a message the browser lays out before the page is usable.
     st.subheader("Data")
-    for row in data_status_rows(settings):
-        st.markdown(f"{row.icon} **{literal(row.name)}**: {literal(row.state)}")
+    st.markdown("  \n".join(f"{row.icon} **{literal(row.name)}**: {literal(row.state)}"
+                            for row in data_status_rows(settings)))
     st.subheader("Models")
-    for backend in backends_status(settings):
-        label = f"{backend.backend} {backend.model}".strip()
-        st.markdown(f"{':material/check_circle:' if backend.working else ':material/cancel:'} "
-                    f"**{literal(backend.role)}**: {literal(label)}")
+    st.markdown("  \n".join(
+        f"{':material/check_circle:' if backend.working else ':material/cancel:'} **{literal(backend.role)}**: "
+        f"{literal(f'{backend.backend} {backend.model}'.strip())}"
+        for backend in backends_status(settings)))
 
 
 # Drawn before the page (so it is there even when a page ends with st.stop()) and redrawn after it, so the counts

@@ -128,14 +128,15 @@ st.caption("Runs launched on the New run page or with `python -m medeval_core ru
            "interrupted and can be resumed.")
 
 store = current_store()
-if not store.list_runs(limit=1):
+runs_at_open = store.list_runs()  # for the parts outside the live fragment, which reads its own
+if not runs_at_open:
     st.info("No runs yet. Launch one on the New run page, or from the command line, e.g. "
             "`python -m medeval_core run ddxplus --patients PATIENTS.csv --agent kb-bayes`.")
     if st.button("New run", icon=":material/play_circle:"):
         st.switch_page(NEW_RUN.path)
     st.stop()
 
-batch_rows = [row for row in store.list_runs() if row.kind == RunKind.BATCH]
+batch_rows = [row for row in runs_at_open if row.kind == RunKind.BATCH]
 any_active = any(state in ("running", "cancelling", "pending")
                  for state in workers.run_states(store, batch_rows).values())
 CASES_PER_PAGE = 50
@@ -268,7 +269,7 @@ def downloads(run_id: str, label: str) -> None:
 
 live_section()
 
-batch_runs = [r for r in store.list_runs() if r.kind != RunKind.SESSION]
+batch_runs = [r for r in runs_at_open if r.kind != RunKind.SESSION]
 labels = {r.id: results.run_label(r) for r in batch_runs}
 
 
