@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -583,17 +582,10 @@ def _rate_and_eta(store: Store, row: Any, state: str, pending: int | None) -> tu
     return rate, (pending / rate if pending is not None else None)
 
 
-@lru_cache(maxsize=64)
-def _done_and_failed(store: Store, run_id: str, stamp: tuple[int, int | None]) -> tuple[int, int]:
-    """A run's finished and failed results, per result stamp (``Store.results_stamp``): counting by status reads
-    every result row of the run (about 85 ms for 134,529 results), the stamp only the run's index (about 18 ms)."""
-    counts = store.result_counts(run_id)
-    return counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
-
-
 def run_overview(store: Store, run_id: str) -> RunOverview:
     row = store.get_run(run_id)
-    done, failed = _done_and_failed(store, run_id, store.results_stamp(run_id))
+    counts = store.result_counts(run_id)
+    done, failed = counts.get(CaseStatus.OK, 0), counts.get(CaseStatus.FAILED, 0)
     live = len(store.live_workers(run_id))
     state = liveness(row.status, live, row.kind, last_activity(store, row))
     pending = None if row.expected_cases is None else max(row.expected_cases - done - failed, 0)

@@ -213,7 +213,11 @@ def live_section() -> None:
                                                                             key="run_plots"):
         run_plots(names[selected], summaries, summary)
     if overview.done or overview.failed:
-        case_section(selected)
+        # On demand, like the plots: the per-case table with its filters and drill-down was a third of what the
+        # page drew before it was usable (bench/runs_page_bench.py); the choice stays as the user switches runs.
+        if st.toggle("Cases", key="cases_shown", help="the per-case table, a page at a time, with a search, a "
+                                                      "status filter and the drill-down into one case"):
+            case_section(selected)
         downloads(selected, names[selected])
 
 
@@ -234,7 +238,6 @@ def run_plots(label: str, summaries: list[MetricSummary], summary: RunSummary | 
 def case_section(run_id: str) -> None:
     """The per-case table a page at a time (filtered and paged in the store), and the drill-down into one case
     of the page."""
-    st.subheader("Cases")
     left, middle, right = st.columns([1, 2, 1])
     status = left.selectbox("Show", list(STATUS_FILTERS), key="case_filter")
     search = middle.text_input("Search case ids and errors", key="case_search")
