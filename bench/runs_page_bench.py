@@ -32,6 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import socket
 import sqlite3
 import statistics
@@ -117,6 +119,24 @@ def seed(db_path: Path) -> dict[str, tuple[str, int]]:
                          created_at=created + timedelta(minutes=number), finished_at=created + timedelta(hours=1))
         runs[run_id] = (config.label, n)
     return dict(reversed(runs.items()))
+
+
+def store_at_revision_of(checkout: Path, db_path: Path) -> str:
+    """The store for another checkout: the same file when it has this checkout's schema revision, else a copy taken
+    down to that checkout's head (this checkout's migrations know the way down; an older checkout refuses a store
+    at a revision it does not know)."""
+    from alembic import command
+
+    from medeval_core.store.migrations import HEAD, alembic_config
+
+    theirs = re.search(r'^HEAD = "([^"]+)"', (checkout / "medeval_core/store/migrations/__init__.py").read_text(),
+                       re.MULTILINE)
+    if theirs is None or theirs.group(1) == HEAD:
+        return f"sqlite:///{db_path}"
+    copy = db_path.with_name(f"{theirs.group(1)}.db")
+    shutil.copyfile(db_path, copy)
+    command.downgrade(alembic_config(url=f"sqlite:///{copy}"), theirs.group(1))
+    return f"sqlite:///{copy}"
 
 
 def free_port() -> int:
@@ -261,7 +281,8 @@ def main() -> int:
         servers = {PAGE: serve(ROOT, db_url, Path(folder) / "page.log"),
                    BARE: serve_bare(Path(folder), runs, Path(folder) / "bare.log")}
         if args.baseline is not None:
-            servers[CHECKOUT] = serve(args.baseline.resolve(), db_url, Path(folder) / "baseline.log")
+            baseline_url = store_at_revision_of(args.baseline.resolve(), db_path)
+            servers[CHECKOUT] = serve(args.baseline.resolve(), baseline_url, Path(folder) / "baseline.log")
         (big, (big_label, _)), (small, (small_label, small_n)) = list(runs.items())[:2]
         big_summary = f"expected {BIG}, done"
         targets = [(f"{small_label} ({small})", f"expected {small_n}, done"), (f"{big_label} ({big})", big_summary)]
