@@ -2,13 +2,15 @@
 bare Streamlit page measured the same way in the same run.
 
 A fresh SQLite file holds 25 finished DDXPlus-shaped runs: one of 134,529 results (the DDXPlus test set: seven
-metrics per case, a small output each, 0.5 % failed with an error) and 24 of 300 results; each run stores its
-summary as a finished run does (headline metrics with intervals, the per-case metric summaries). The rows are
-written in bulk by the driver (the bench's setup, not what is measured). A real server (``python -m medeval_core
-serve``) serves the page. The like-for-like baseline is a bare Streamlit app (``streamlit run``, the same server
-options and ``.streamlit/config.toml``, the same Chromium) serving one page at the same URL, ``/runs``: a title, an
-``st.dataframe`` of 25 runs, a "Run" selectbox, the selected run's summary caption and a few ``st.metric``. It is
-what any Streamlit page costs here (JavaScript bundle, websocket, one script run, the data grid's code), so the
+metrics per case, a small output each, 0.5 % failed with an error, and each finished case's questions as turns:
+1.95 million) and 24 of about 300 results; each run stores its summary as a finished run does (headline metrics
+with intervals, the per-case metric summaries). The rows are written in bulk by the driver (the bench's setup,
+not what is measured). A real server (``python -m medeval_core serve``) serves the page.
+
+The like-for-like baseline is a bare Streamlit app (``streamlit run``, the same server options and
+``.streamlit/config.toml``, the same Chromium) serving one page at the same URL, ``/runs``: a title, an
+``st.dataframe`` of the 25 runs, a "Run" selectbox, the selected run's summary caption and a few ``st.metric``. It
+is what any Streamlit page costs here (JavaScript bundle, websocket, one script run, the data grid's code), so the
 ratio says what the page adds to Streamlit itself. Headless Chromium (Playwright, /usr/bin/chromium, the flags of
 tests/conftest.py) opens each server once to warm it (the process's first run imports the pages), then, try by try
 and server by server (interleaved):
@@ -21,8 +23,9 @@ and server by server (interleaved):
 
 Printed: min and median over ``--tries`` of each side, the ratio page / bare (medians), the targets (open <= 1 s,
 switch <= 0.5 s) and the load average before and after. With ``--baseline DIR`` (a checkout of another version,
-e.g. ``git worktree add /tmp/medeval-base 33dc2a2``) the same store is served by that checkout too, measured in the
-same interleaving, with the ratio baseline / this checkout.
+e.g. ``git archive 1dfe1d8 | tar -x -C /tmp/medeval-base``) the same store (a copy taken down to that checkout's
+schema revision when it is older) is served by that checkout too, measured in the same interleaving, with the ratio
+baseline / this checkout.
 
 Run: python bench/runs_page_bench.py [--tries 5] [--baseline DIR] [--screenshot tests/artifacts/runs_bench.png]
 """
@@ -41,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,6 +89,19 @@ def _insert_results(db_path: Path, run_id: str, n: int) -> None:
         connection.executemany(
             "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores, error, "
             "started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        connection.executemany(
+            'INSERT INTO turns (run_id, case_id, repetition, "index", actor, action, payload, cost, created_at) '
+            "VALUES (?, ?, 0, ?, 'agent', 'question', ?, 0, ?)", _turns(run_id, n, start))
+
+
+def _turns(run_id: str, n: int, start: datetime) -> Iterator[tuple[str, str, int, str, datetime]]:
+    """Each finished case's questions as a DDXPlus run stores them, one turn each (IL - 1 of them: about 14.5 a
+    case, 1.95 million for the large run)."""
+    for i in range(n):
+        if i % FAILED_EVERY != 7:
+            for index in range(int(_metrics(i)["IL"]) - 1):
+                yield (run_id, f"row-{i}", index, '{"evidence": "E_91", "answer": "yes"}',
+                       start + timedelta(seconds=i, milliseconds=index))
 
 
 def seed(db_path: Path) -> dict[str, tuple[str, int]]:
@@ -275,7 +292,7 @@ def main() -> int:
         db_path = Path(folder) / "medeval.db"
         started = time.perf_counter()
         runs = seed(db_path)
-        print(f"store: 25 runs, {BIG:,} + {SMALL_RUNS} x ~{SMALL} results, built in "
+        print(f"store: 25 runs, {BIG:,} + {SMALL_RUNS} x ~{SMALL} results with their turns, built in "
               f"{time.perf_counter() - started:.1f} s")
         db_url = f"sqlite:///{db_path}"
         servers = {PAGE: serve(ROOT, db_url, Path(folder) / "page.log"),

@@ -94,6 +94,20 @@ def test_overview_counts_follow_new_and_replaced_results(isolated_store: str, co
     assert (service.run_overview(store, "model-a").done, service.run_overview(store, "model-a").failed) == (5, 0)
 
 
+def test_a_batch_runs_overview_reads_none_of_its_turns(isolated_store: str, counting_registered: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a session's state depends on its last step; the newest of a batch run's turns (millions in a DDXPlus
+    test-set run) is never read for the Batch runs page."""
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    read: list[list[str]] = []
+    last_turn_times = Store.last_turn_times
+    monkeypatch.setattr(Store, "last_turn_times",
+                        lambda self, ids: read.append(list(ids)) or last_turn_times(self, ids))
+    assert service.run_snapshot(store, "model-b").overview.done == 4
+    assert read == []
+
+
 def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str,
                                                                    counting_registered: None) -> None:
     seed_two_runs(Store(isolated_store))
