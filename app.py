@@ -10,6 +10,7 @@ is served by `python -m medeval_core serve` (what `make run` calls), which turns
 from pathlib import Path
 
 import streamlit as st
+from pydantic import BaseModel
 
 from medeval_core.annotation.gate import Access, access, keep_sign_in_cookie, sign_in_form, signed_in_box
 from medeval_core.catalog import ANNOTATION_PAGES, ANNOTATOR_PAGES, pages
@@ -17,7 +18,14 @@ from medeval_core.context import current_settings, current_store
 from medeval_core.plaintext import literal
 from medeval_core.registry import PageInfo
 from medeval_core.settings import SettingsError
-from medeval_core.status import backends_status, data_status_rows, store_status
+from medeval_core.status import (
+    BackendStatus,
+    DataRow,
+    StoreStatus,
+    backends_status,
+    data_status_rows,
+    store_status,
+)
 
 LOGO = str(Path(__file__).parent / "assets" / "logo.svg")
 # A file, not a ":material/...:" icon: Streamlit fetches a Material favicon from fonts.gstatic.com, and the app must
@@ -69,13 +77,30 @@ if gate.annotator is not None:
     signed_in_box(current_store(), gate.annotator)
 
 
-def show_status() -> None:
+class SidebarStatus(BaseModel):
+    """What the sidebar shows, read apart from drawing it, so that a status the page left unchanged is not sent to
+    the browser a second time."""
+
+    settings_error: str | None = None
+    store: StoreStatus | None = None
+    data: list[DataRow] = []
+    backends: list[BackendStatus] = []
+
+
+def read_status() -> SidebarStatus:
     try:
         settings = current_settings()
     except SettingsError as exc:
-        st.error(f"Settings could not be loaded: {literal(exc)}")
+        return SidebarStatus(settings_error=str(exc))
+    return SidebarStatus(store=store_status(settings), data=data_status_rows(settings),
+                         backends=backends_status(settings))
+
+
+def show_status(status: SidebarStatus) -> None:
+    if status.store is None:
+        st.error(f"Settings could not be loaded: {literal(status.settings_error)}")
         return
-    store = store_status(settings)
+    store = status.store
     st.subheader("Store")
     if store.reachable:
         st.caption(f"{literal(store.url)}  \n{store.counts.get('runs', 0)} runs, "
@@ -83,25 +108,26 @@ def show_status() -> None:
     else:
         st.error(f"The store at {literal(store.url)} cannot be opened: {literal(store.error)}. Check "
                  "MEDEVAL_DB_URL.")
+    # One markdown element per list: each element is a message the browser lays out before the page is usable.
     st.subheader("Data")
-    for row in data_status_rows(settings):
-        st.markdown(f"{row.icon} **{literal(row.name)}**: {literal(row.state)}")
+    st.markdown("  \n".join(f"{row.icon} **{literal(row.name)}**: {literal(row.state)}" for row in status.data))
     st.subheader("Models")
-    for backend in backends_status(settings):
-        label = f"{backend.backend} {backend.model}".strip()
-        st.markdown(f"{':material/check_circle:' if backend.working else ':material/cancel:'} "
-                    f"**{literal(backend.role)}**: {literal(label)}")
+    st.markdown("  \n".join(
+        f"{':material/check_circle:' if backend.working else ':material/cancel:'} **{literal(backend.role)}**: "
+        f"{literal(f'{backend.backend} {backend.model}'.strip())}"
+        for backend in status.backends))
 
 
-# Drawn before the page (so it is there even when a page ends with st.stop()) and redrawn after it, so the counts
-# include what the page just saved. Never on an annotation page: before sign-in it shows only the sign-in, and
-# the status names models.
+# Drawn before the page (so it is there even when a page ends with st.stop()) and drawn again after it when the page
+# changed it, so the counts include what the page just saved. Never on an annotation page: before sign-in it shows
+# only the sign-in, and the status names models.
 with_status = not blinded and navigation.url_path not in {info.url_path for info in ANNOTATION_PAGES}
 status_slot = st.sidebar.empty()
-if with_status:
+shown = read_status() if with_status else None
+if shown is not None:
     with status_slot.container():
-        show_status()
+        show_status(shown)
 navigation.run()
-if with_status:
+if shown is not None and (status_now := read_status()) != shown:
     with status_slot.container():
-        show_status()
+        show_status(status_now)

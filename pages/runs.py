@@ -128,14 +128,15 @@ st.caption("Runs launched on the New run page or with `python -m medeval_core ru
            "interrupted and can be resumed.")
 
 store = current_store()
-if not store.list_runs(limit=1):
+runs_at_open = store.list_runs()  # for the parts outside the live fragment, which reads its own
+if not runs_at_open:
     st.info("No runs yet. Launch one on the New run page, or from the command line, e.g. "
             "`python -m medeval_core run ddxplus --patients PATIENTS.csv --agent kb-bayes`.")
     if st.button("New run", icon=":material/play_circle:"):
         st.switch_page(NEW_RUN.path)
     st.stop()
 
-batch_rows = [row for row in store.list_runs() if row.kind == RunKind.BATCH]
+batch_rows = [row for row in runs_at_open if row.kind == RunKind.BATCH]
 any_active = any(state in ("running", "cancelling", "pending")
                  for state in workers.run_states(store, batch_rows).values())
 CASES_PER_PAGE = 50
@@ -212,7 +213,11 @@ def live_section() -> None:
                                                                             key="run_plots"):
         run_plots(names[selected], summaries, summary)
     if overview.done or overview.failed:
-        case_section(selected)
+        # On demand, like the plots: the per-case table with its filters and drill-down was a third of what the
+        # page drew before it was usable (bench/runs_page_bench.py); the choice stays as the user switches runs.
+        if st.toggle("Cases", key="cases_shown", help="the per-case table, a page at a time, with a search, a "
+                                                      "status filter and the drill-down into one case"):
+            case_section(selected)
         downloads(selected, names[selected])
 
 
@@ -233,7 +238,6 @@ def run_plots(label: str, summaries: list[MetricSummary], summary: RunSummary | 
 def case_section(run_id: str) -> None:
     """The per-case table a page at a time (filtered and paged in the store), and the drill-down into one case
     of the page."""
-    st.subheader("Cases")
     left, middle, right = st.columns([1, 2, 1])
     status = left.selectbox("Show", list(STATUS_FILTERS), key="case_filter")
     search = middle.text_input("Search case ids and errors", key="case_search")
@@ -268,7 +272,7 @@ def downloads(run_id: str, label: str) -> None:
 
 live_section()
 
-batch_runs = [r for r in store.list_runs() if r.kind != RunKind.SESSION]
+batch_runs = [r for r in runs_at_open if r.kind != RunKind.SESSION]
 labels = {r.id: results.run_label(r) for r in batch_runs}
 
 

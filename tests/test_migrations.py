@@ -240,3 +240,24 @@ def test_a_database_at_0007_is_upgraded_to_judge_budgets_keeping_its_rows(db_url
         assert waited < 1.0
     assert len(table_rows(db_url, "judge_budget_slots")) == 1
     store.engine.dispose()
+
+
+def test_a_database_at_0009_is_upgraded_to_the_result_status_index_keeping_its_rows(db_url: str) -> None:
+    """0010_result_status_index on SQLite and PostgreSQL: the index is added, the rows are kept, and on SQLite the
+    runs page's count by status reads the index alone."""
+    database_with_a_running_run(
+        db_url, "0009_sign_in_sessions",
+        "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores) VALUES "
+        "('old', 'c1', 0, 'ok', '{}', '{}', '{}'), ('old', 'c2', 0, 'failed', '{}', '{}', '{}')")
+    before = table_rows(db_url, "case_results")
+    store = Store(db_url)
+    assert store.schema_action == "upgraded"
+    assert schema_differences(db_url) == []
+    assert table_rows(db_url, "case_results") == before
+    assert store.result_counts("old") == {"ok": 1, "failed": 1}
+    if db_url.startswith("sqlite"):
+        with store.engine.connect() as connection:
+            plan = " ".join(str(row) for row in connection.execute(text(
+                "EXPLAIN QUERY PLAN SELECT status, count(*) FROM case_results WHERE run_id = 'old' GROUP BY status")))
+        assert "COVERING INDEX ix_case_results_run_status" in plan, plan
+    store.engine.dispose()

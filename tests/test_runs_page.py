@@ -75,6 +75,39 @@ def test_resume_by_name_continues_with_the_stored_config(isolated_store: str, co
     assert store.get_run("count-1").settings_hash == settings.settings_hash()
 
 
+def test_overview_counts_follow_new_and_replaced_results(isolated_store: str, counting_registered: None) -> None:
+    """A failed case replaced by a finished one, through either write path, is counted at once. SQLite may give
+    the replacing row the replaced row's id, so counts cached per result stamp (count, newest id) would miss it."""
+    from medeval_core.records import CaseRecords
+
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    before = service.run_overview(store, "model-b")
+    assert (before.done, before.failed, before.pending) == (4, 1, 0)
+    store.save_result(result("model-b", "c5", True, 1.0))
+    after_retry = service.run_overview(store, "model-b")
+    assert (after_retry.done, after_retry.failed) == (5, 0)
+    store.save_case_records([CaseRecords(result=CaseResult(run_id="model-a", case_id="c5", status=CaseStatus.FAILED,
+                                                           error="timeout"))])
+    assert (service.run_overview(store, "model-a").done, service.run_overview(store, "model-a").failed) == (4, 1)
+    store.save_case_records([CaseRecords(result=result("model-a", "c5", True, 1.0))])
+    assert (service.run_overview(store, "model-a").done, service.run_overview(store, "model-a").failed) == (5, 0)
+
+
+def test_a_batch_runs_overview_reads_none_of_its_turns(isolated_store: str, counting_registered: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a session's state depends on its last step; the newest of a batch run's turns (millions in a DDXPlus
+    test-set run) is never read for the Batch runs page."""
+    store = Store(isolated_store)
+    seed_two_runs(store)
+    read: list[list[str]] = []
+    last_turn_times = Store.last_turn_times
+    monkeypatch.setattr(Store, "last_turn_times",
+                        lambda self, ids: read.append(list(ids)) or last_turn_times(self, ids))
+    assert service.run_snapshot(store, "model-b").overview.done == 4
+    assert read == []
+
+
 def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store: str,
                                                                    counting_registered: None) -> None:
     seed_two_runs(Store(isolated_store))
@@ -85,6 +118,7 @@ def test_runs_page_shows_progress_metrics_failures_and_comparison(isolated_store
     [progress] = app.get("progress")
     assert progress.proto.text == "pending: 4 done, 1 failed, 0 pending of 5"
     assert app.subheader[0].value.startswith("Per-case metrics")
+    app.toggle(key="cases_shown").set_value(True).run()
     app.selectbox(key="case_filter").set_value("failed").run()
     [cases] = [frame.value for frame in app.dataframe if "case" in frame.value.columns]
     assert list(cases["case"]) == ["c5"] and list(cases["error"]) == ["timeout"]
@@ -203,6 +237,7 @@ def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolat
     monkeypatch.setattr(Store, "metric_rows", counted_metric_rows)
     app = AppTest.from_file(RUNS_PAGE, default_timeout=120).run()
     assert not app.exception, app.exception
+    app.toggle(key="cases_shown").set_value(True).run()
     app.toggle(key="across_shown").set_value(True).run()
     app.toggle(key="compare_shown").set_value(True).run()
     for _ in range(3):
@@ -321,6 +356,7 @@ def test_case_drill_down_shows_turns_output_judge_attempts_and_model_calls(isola
         model_calls=[ModelCall(run_id="drill", case_id="case-0000", role="judge", model="m",
                                messages_sha256="a" * 64, latency_s=0.25, prompt_tokens=120, completion_tokens=7)])])
     app = AppTest.from_file(RUNS_PAGE, default_timeout=60).run()
+    app.toggle(key="cases_shown").set_value(True).run()
     app.selectbox(key="case_open_drill").set_value(("case-0000", 0)).run()
     assert not app.exception, app.exception
     frames = [f.value for f in app.dataframe]

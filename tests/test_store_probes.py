@@ -106,6 +106,8 @@ def test_a_store_of_100000_results_renders_the_runs_page(isolated_store: str, co
               json.dumps({"index": i, "even": i % 2 == 0})) for i in range(n_results)))
     app = AppTest.from_file(RUNS_PAGE, default_timeout=300).run()
     assert not app.exception, app.exception
+    app.toggle(key="cases_shown").set_value(True).run()
+    assert not app.exception, app.exception
     # The per-case table is paged through the store: the first page of the whole run, never every result.
     assert f"1-50 of {n_results} case results" in " ".join(c.value for c in app.caption)
 

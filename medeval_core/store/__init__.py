@@ -77,7 +77,9 @@ class RunRow(SQLModel, table=True):
 
 class CaseResultRow(SQLModel, table=True):
     __tablename__ = "case_results"
-    __table_args__ = (UniqueConstraint("run_id", "case_id", "repetition", name="uq_result_run_case_rep"),)
+    __table_args__ = (UniqueConstraint("run_id", "case_id", "repetition", name="uq_result_run_case_rep"),
+                      # result_counts from the index alone (revision 0010_result_status_index)
+                      Index("ix_case_results_run_status", "run_id", "status"))
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(foreign_key="runs.id", index=True)
