@@ -201,21 +201,27 @@ def test_the_migrations_build_exactly_the_models_schema_on_each_database(db_url:
     store.engine.dispose()
 
 
+def upgraded_keeping(db_url: str, revision: str, statement: str, table: str) -> Store:
+    """A database at ``revision`` with a running run (and ``statement`` run in it), opened by this version: it is
+    upgraded to the current schema with every row of ``table`` kept."""
+    database_with_a_running_run(db_url, revision, statement)
+    before = table_rows(db_url, table)
+    store = Store(db_url)
+    assert store.schema_action == "upgraded"
+    assert schema_differences(db_url) == []
+    assert table_rows(db_url, table) == before
+    return store
+
+
 def test_a_database_at_0006_is_upgraded_to_lazy_queues_keeping_a_wave_in_progress(db_url: str) -> None:
     """0007_lazy_queue on SQLite and PostgreSQL: a wave opened by the previous version (every lease row written,
     no queue length) goes on as it was: its undone rows are what is queued, and a claim writes no rows for it."""
     from medeval_core.store import QueueKeys
 
-    database_with_a_running_run(
+    store = upgraded_keeping(
         db_url, "0006_annotations",
         "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) VALUES "
-        "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 0, false)")
-    before = table_rows(db_url, "case_leases")
-
-    store = Store(db_url)
-    assert store.schema_action == "upgraded"
-    assert schema_differences(db_url) == []
-    assert table_rows(db_url, "case_leases") == before
+        "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 0, false)", "case_leases")
     run = store.get_run("old")
     assert (run.queue_total, run.queue_cursor) == (None, None)
     assert store.queued_cases("old") == 1
@@ -230,12 +236,7 @@ def test_a_database_at_0007_is_upgraded_to_judge_budgets_keeping_its_rows(db_url
     the previous version is kept, and the new table takes admissions at once."""
     from medeval_core.judges.ratelimit import SharedWindowLimiter
 
-    database_with_a_running_run(db_url, "0007_lazy_queue", "SELECT 1")
-    before = table_rows(db_url, "runs")
-    store = Store(db_url)
-    assert store.schema_action == "upgraded"
-    assert schema_differences(db_url) == []
-    assert table_rows(db_url, "runs") == before
+    store = upgraded_keeping(db_url, "0007_lazy_queue", "SELECT 1", "runs")
     with SharedWindowLimiter(store, "http://judge.invalid/v1", "m", 2, 100, 1.0).slot(10) as waited:
         assert waited < 1.0
     assert len(table_rows(db_url, "judge_budget_slots")) == 1
@@ -245,15 +246,10 @@ def test_a_database_at_0007_is_upgraded_to_judge_budgets_keeping_its_rows(db_url
 def test_a_database_at_0009_is_upgraded_to_the_result_status_index_keeping_its_rows(db_url: str) -> None:
     """0010_result_status_index on SQLite and PostgreSQL: the index is added, the rows are kept, and on SQLite the
     runs page's count by status reads the index alone."""
-    database_with_a_running_run(
+    store = upgraded_keeping(
         db_url, "0009_sign_in_sessions",
         "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores) VALUES "
-        "('old', 'c1', 0, 'ok', '{}', '{}', '{}'), ('old', 'c2', 0, 'failed', '{}', '{}', '{}')")
-    before = table_rows(db_url, "case_results")
-    store = Store(db_url)
-    assert store.schema_action == "upgraded"
-    assert schema_differences(db_url) == []
-    assert table_rows(db_url, "case_results") == before
+        "('old', 'c1', 0, 'ok', '{}', '{}', '{}'), ('old', 'c2', 0, 'failed', '{}', '{}', '{}')", "case_results")
     assert store.result_counts("old") == {"ok": 1, "failed": 1}
     if db_url.startswith("sqlite"):
         with store.engine.connect() as connection:
