@@ -96,13 +96,16 @@ class BackendChoice(_Strict):
     base_url: str | None = None
     api_key_env: str
     devices: str | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+    """A chat role's cap on the length of each reply (``MEDEVAL_<ROLE>_MAX_TOKENS``); unset: the client's 1,024.
+    The vision model and the DDI judge take theirs from ``configs/evaluation.json`` and ``configs/ddi_judge.json``."""
 
     @property
     def configured(self) -> bool:
         return self.backend not in ("none",)
 
 
-ROLE_FIELDS = ("backend", "model", "base_url", "devices")
+ROLE_FIELDS = ("backend", "model", "base_url", "devices", "max_tokens")
 """The ``BackendChoice`` fields an environment variable ``MEDEVAL_<ROLE>_<FIELD>`` can set, for any role."""
 
 ENV_PREFIX = "MEDEVAL_"
@@ -146,6 +149,7 @@ class RoleOverride(BaseModel):
     model: str | None = None
     base_url: str | None = None
     devices: str | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
 
     def changes(self) -> dict[str, Any]:
         changes = self.model_dump(exclude_none=True)
@@ -158,7 +162,7 @@ class RoleOverride(BaseModel):
 class EnvironmentOverrides(BaseModel):
     """``MEDEVAL_*`` environment variables; each one set replaces the matching file value.
 
-    ``roles`` holds ``MEDEVAL_<ROLE>_BACKEND/_MODEL/_BASE_URL/_DEVICES`` by role key (see ``role_env_key``).
+    ``roles`` holds ``MEDEVAL_<ROLE>_BACKEND/_MODEL/_BASE_URL/_DEVICES/_MAX_TOKENS`` by role key (see ``role_env_key``).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -79,6 +79,8 @@ def role_env(server: Server, *roles: str) -> dict[str, str]:
         key = role.upper().replace("-", "_")
         env[f"MEDEVAL_{key}_BASE_URL"] = server.url
         env[f"MEDEVAL_{key}_MODEL"] = server.model
+        # Random weights rarely end a reply: a short cap keeps each chat call's length (and the test's time) fixed.
+        env[f"MEDEVAL_{key}_MAX_TOKENS"] = "96"
     return env
 
 

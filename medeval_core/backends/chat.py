@@ -81,6 +81,8 @@ def make_chat_backend(choice: BackendChoice, **options: Any) -> ChatBackend:
             "No chat model is configured: set MEDEVAL_CHAT_BASE_URL (an OpenAI-compatible endpoint ending in /v1) "
             f"and MEDEVAL_CHAT_MODEL, and the key in {choice.api_key_env} if the endpoint needs one."
         )
+    if choice.max_tokens is not None:
+        options = {"max_tokens": choice.max_tokens, **options}
     return OpenAIChatBackend(base_url=choice.base_url, model=choice.model, api_key_env=choice.api_key_env, **options)
 
 
