@@ -17,6 +17,7 @@ import pytest
 from medeval_core import context
 from medeval_core.settings import default_data_dir
 from tests.db_support import db_url, postgres_url  # noqa: F401 - fixtures for every test module
+from tests.sdbench_fixtures import catalog, shared_cases  # noqa: F401 - fixtures of the SDBench gatekeeper tests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_DIR = REPO_ROOT / "tests" / "artifacts"

@@ -6,11 +6,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from medeval_core.benchmarks.sdbench.cases import import_agentclinic
+from medeval_core.benchmarks.sdbench.catalog import load_catalog
+
 AGENTCLINIC = "agentclinic/agentclinic_medqa.jsonl"
 
 
 def agentclinic_file(data_dir: Path) -> Path:
     return data_dir / AGENTCLINIC
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    """The test catalogue, loaded once per module that imports this fixture."""
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def shared_cases(data_dir):
+    """The 107 shared AgentClinic cases, converted once per module that imports this fixture."""
+    return import_agentclinic(agentclinic_file(data_dir)).cases
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> Path:

@@ -11,8 +11,7 @@ import pytest
 from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.sdbench.benchmark import open_episode, output_of
-from medeval_core.benchmarks.sdbench.cases import SDBenchCase, import_agentclinic, load_cases
-from medeval_core.benchmarks.sdbench.catalog import load_catalog
+from medeval_core.benchmarks.sdbench.cases import SDBenchCase, load_cases
 from medeval_core.benchmarks.sdbench.costing import Pricer, load_prices
 from medeval_core.benchmarks.sdbench.gatekeeper import (
     CaseEnvironment,
@@ -27,19 +26,9 @@ from medeval_core.context import current_settings
 from medeval_core.interaction import EpisodeError, Limits
 from medeval_core.prompts import load_prompt
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
-from tests.sdbench_fixtures import agentclinic_file, case_row, write_jsonl
+from tests.sdbench_fixtures import case_row, write_jsonl
 
 TAGS = ("REAL", "SYNTHETIC", "REFUSED")
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
-
-
-@pytest.fixture(scope="module")
-def shared_cases(data_dir):
-    return import_agentclinic(agentclinic_file(data_dir)).cases
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 
 from medeval_core.benchmarks.sdbench import gatekeeper as gatekeeper_module
 from medeval_core.benchmarks.sdbench.benchmark import SDBenchParams, output_of
-from medeval_core.benchmarks.sdbench.cases import SDBenchCase, import_agentclinic, load_cases
-from medeval_core.benchmarks.sdbench.catalog import CatalogEntry, TestCatalog, TestVocabulary, load_catalog, plain
+from medeval_core.benchmarks.sdbench.cases import SDBenchCase, load_cases
+from medeval_core.benchmarks.sdbench.catalog import CatalogEntry, TestCatalog, TestVocabulary, plain
 from medeval_core.benchmarks.sdbench.costing import Pricer, load_prices
 from medeval_core.benchmarks.sdbench.gatekeeper import (
     INTERPRETIVE_PHRASES,
@@ -20,17 +20,7 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
     Tests,
     withhold_interpretation,
 )
-from tests.sdbench_fixtures import agentclinic_file, case_row, write_jsonl
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
-
-
-@pytest.fixture(scope="module")
-def shared_cases(data_dir):
-    return import_agentclinic(agentclinic_file(data_dir)).cases
+from tests.sdbench_fixtures import case_row, write_jsonl
 
 
 def structured_case(tmp_path, tests: dict[str, str], diagnosis: str = "Hirschsprung disease") -> SDBenchCase:
