@@ -69,6 +69,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Ask a server the test started to stop; kill it if it has not within 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -117,11 +126,7 @@ def streamlit_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
 
     yield start
     for _, process in servers.values():
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 @pytest.fixture(scope="session")

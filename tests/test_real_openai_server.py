@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO_ROOT, free_port
+from medeval_core.settings import role_env_key
+from tests.conftest import REPO_ROOT, free_port, stop_process
 from tests.ddi_fixtures import make_ddi_folder
 from tests.sdbench_fixtures import agentclinic_file, replay_line, write_jsonl
 from tests.tiny_qwen import build_tiny_qwen
@@ -66,17 +67,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         wait_for_models(url, process, log)
         yield Server(url, str(model), log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 def role_env(server: Server, *roles: str) -> dict[str, str]:
     env = {"MEDEVAL_VLM_API_KEY": "unused", "DASHSCOPE_API_KEY": "unused"}
     for role in roles:
-        key = role.upper().replace("-", "_")
+        key = role_env_key(role)
         env[f"MEDEVAL_{key}_BASE_URL"] = server.url
         env[f"MEDEVAL_{key}_MODEL"] = server.model
         # Random weights rarely end a reply: a short cap keeps each chat call's length (and the test's time) fixed.

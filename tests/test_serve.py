@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, free_port, wait_until_healthy
+from tests.conftest import REPO_ROOT, free_port, stop_process, wait_until_healthy
 
 pytestmark = pytest.mark.browser
 
@@ -45,11 +45,7 @@ def started(command: list[str], folder: Path, port: int) -> Iterator[str]:
         wait_until_healthy(url, process)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 def test_a_cold_deep_link_opens_inside_the_app_shell_with_serve_despite_a_pages_folder(
