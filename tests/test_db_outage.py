@@ -35,6 +35,20 @@ def start_worker(url: str, run_id: str, outage_s: float, *extra: str) -> subproc
                             text=True)
 
 
+def run_under_way(own_postgres: PostgresCluster, monkeypatch: pytest.MonkeyPatch, n_cases: int, outage_s: float,
+                  *worker_args: str) -> tuple[Store, str, subprocess.Popen[str]]:
+    """A counting run on the test's own cluster with a worker (riding out outages up to ``outage_s``) that has
+    stored its first 20 results."""
+    url = own_postgres.url(PASSWORD)
+    monkeypatch.setenv("MEDEVAL_DB_URL", url)
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", COUNTING)
+    store = Store(url)
+    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "workers": 2})
+    worker = start_worker(url, run_id, outage_s, *worker_args)
+    wait_for(lambda: store.result_counts(run_id).get("ok", 0) >= 20, timeout_s=120)
+    return store, run_id, worker
+
+
 def each_case_once(store: Store, run_id: str, n_cases: int) -> None:
     results = store.results(run_id)
     assert len(results) == n_cases and all(r.status == CaseStatus.OK for r in results)
@@ -45,15 +59,10 @@ def each_case_once(store: Store, run_id: str, n_cases: int) -> None:
 
 def test_a_restart_under_a_running_worker_ends_completed_without_a_resume(
         own_postgres: PostgresCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = own_postgres.url(PASSWORD)
-    monkeypatch.setenv("MEDEVAL_DB_URL", url)
-    monkeypatch.setenv("MEDEVAL_BENCHMARKS", COUNTING)
-    store = Store(url)
     n_cases = 300
-    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "workers": 2})
     # Leases of 3 s: the outage outlasts them, so they must be renewed when the database is back.
-    worker = start_worker(url, run_id, max(60, OUTAGE_S + 30), "--lease-seconds", "3")
-    wait_for(lambda: store.result_counts(run_id).get("ok", 0) >= 20, timeout_s=120)
+    store, run_id, worker = run_under_way(own_postgres, monkeypatch, n_cases, max(60, OUTAGE_S + 30),
+                                          "--lease-seconds", "3")
     assert store.result_counts(run_id).get("ok", 0) < n_cases
     store.engine.dispose()
     own_postgres.stop()
@@ -70,14 +79,8 @@ def test_a_restart_under_a_running_worker_ends_completed_without_a_resume(
 
 def test_an_outage_past_the_limit_stops_with_one_line_and_the_run_resumes(
         own_postgres: PostgresCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = own_postgres.url(PASSWORD)
-    monkeypatch.setenv("MEDEVAL_DB_URL", url)
-    monkeypatch.setenv("MEDEVAL_BENCHMARKS", COUNTING)
-    store = Store(url)
     n_cases = 150
-    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "workers": 2})
-    worker = start_worker(url, run_id, 3)
-    wait_for(lambda: store.result_counts(run_id).get("ok", 0) >= 20, timeout_s=120)
+    store, run_id, worker = run_under_way(own_postgres, monkeypatch, n_cases, 3)
     store.engine.dispose()
     own_postgres.stop()
     stopped = time.monotonic()
@@ -93,7 +96,7 @@ def test_an_outage_past_the_limit_stops_with_one_line_and_the_run_resumes(
     done_before = store.result_counts(run_id).get("ok", 0)
     assert 20 <= done_before < n_cases
     assert service.run_overview(store, run_id).state == "interrupted"
-    resumed = start_worker(url, run_id, 60)
+    resumed = start_worker(store.url, run_id, 60)
     _, err = resumed.communicate(timeout=180)
     assert resumed.returncode == 0, err
     assert service.run_overview(store, run_id).state == "completed"
