@@ -20,6 +20,7 @@ always holds. ``resume RUN_ID`` continues any of these runs.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import Counter
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from medeval_core.backends.vlm import VlmBackend, make_vlm_backend
 from medeval_core.benchmark import (
@@ -46,7 +47,7 @@ from medeval_core.benchmarks.ddi.images import describe_refusals, load_image_fil
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
-from medeval_core.files import read_json_lines
+from medeval_core.files import undecodable_line
 from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
@@ -108,6 +109,12 @@ class ResponseLine(BaseModel):
         return value
 
 
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "line"
+    return f"{where} {first['msg'].removeprefix('Value error, ')}"
+
+
 # Other tools write the same three fields under DDI's column names or as case ids / model outputs.
 RESPONSE_KEY_ALIASES = {
     "image_id": ("image_id", "case_id", "DDI_file", "id"),
@@ -127,21 +134,43 @@ def _canonical_keys(record: object) -> object:
     return canonical
 
 
-def _response_line(record: Any) -> ResponseLine:
-    if not isinstance(record, dict):
-        raise ValueError(f"a JSON {type(record).__name__}, not an object with image_id, reference and response")
-    return ResponseLine.model_validate(_canonical_keys(record))
-
-
 def load_responses(path: Path) -> tuple[list[DdiCase], dict[str, str]]:
     """Cases and responses from JSON Lines with an image id, a reference and a response (see RESPONSE_KEY_ALIASES)."""
-    lines, _ = read_json_lines(path, CaseSourceError, "does not exist.", _response_line,
-                               key=lambda line: line.image_id, duplicate="repeats image_id {key!r}",
-                               nothing_valid="no response lines",
-                               remedy="write one object with image_id, reference and response per line")
-    cases = [DdiCase(case_id=line.image_id, image_path="", reference=line.reference, skin_tone=line.skin_tone,
-                     malignant=line.malignant) for line in lines]
-    return cases, {line.image_id: line.response for line in lines}
+    if not path.is_file():
+        raise CaseSourceError(f"Responses file {path} does not exist.")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad_line = undecodable_line(data, exc)
+        raise CaseSourceError(f"{path.name} line {bad_line} is not UTF-8 text; save the responses file as "
+                              "UTF-8.") from None
+    cases: list[DdiCase] = []
+    responses: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise CaseSourceError(f"{path.name} line {number} is not a JSON object ({reason}); write one object "
+                                  "with image_id, reference and response per line.") from None
+        if not isinstance(record, dict):
+            raise CaseSourceError(f"{path.name} line {number} is a JSON {type(record).__name__}, not an object with "
+                                  "image_id, reference and response.")
+        try:
+            line = ResponseLine.model_validate(_canonical_keys(record))
+        except ValidationError as exc:
+            raise CaseSourceError(f"{path.name} line {number}: {_one_line(exc)}; fix that line.") from None
+        if line.image_id in responses:
+            raise CaseSourceError(f"{path.name} line {number} repeats image_id {line.image_id!r}.")
+        cases.append(DdiCase(case_id=line.image_id, image_path="", reference=line.reference,
+                             skin_tone=line.skin_tone, malignant=line.malignant))
+        responses[line.image_id] = line.response
+    if not cases:
+        raise CaseSourceError(f"{path} has no response lines.")
+    return cases, responses
 
 
 @dataclass
