@@ -109,13 +109,14 @@ def choose(criterion: str, value: str) -> None:
     except answers.AnswerError as exc:
         st.session_state["annotate-error"] = str(exc)
         return
-    given = {**item.answers, criterion: value}
-    if all(c in given for c in task.criteria):
+    # Read back, not taken from this page's items: a fast click lands on a page drawn before the previous click's
+    # answer was stored, and the item would never count as complete.
+    if answers.my_items(store, me.name, task.id)[index].complete:
         move_on()
 
 
 def move_on() -> None:
-    following = answers.next_open(items, index)
+    following = answers.next_open(answers.my_items(store, me.name, task.id), index)
     if following is not None:
         go_to(following)
 
