@@ -40,6 +40,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed browser test reports what the page showed (its URL and visible text, and a screenshot in the
+    artifacts), so that a failure on CI, where nobody can look at the browser, says which step the page was at."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    page_ = getattr(item, "funcargs", {}).get("page")
+    if report.when != "call" or not report.failed or page_ is None:
+        return
+    try:
+        ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
+        page_.screenshot(path=str(ARTIFACTS_DIR / f"failed-{item.name}.png"), full_page=True, timeout=15_000)
+        lines = [line.strip() for line in page_.inner_text("body", timeout=15_000).splitlines() if line.strip()]
+        shown = f"{page_.url}\n" + " | ".join(lines)[:4000]
+    except Exception as exc:  # noqa: BLE001 - the report must keep the test's own failure whatever the page does
+        shown = f"the page could not be read: {exc}"
+    report.sections.append(("page at failure", shown))
+
+
 if not os.environ.get("MEDEVAL_DATA_DIR"):
     # The rule the CLI and the app apply, so that helpers reading the variable see the same folder.
     os.environ["MEDEVAL_DATA_DIR"] = str(default_data_dir())
