@@ -15,7 +15,6 @@ from pydantic import BaseModel, ValidationError
 
 from medeval_core import registry, service, workers
 from medeval_core.benchmark import BenchmarkError, ScoreParams
-from medeval_core.data import SOURCES
 from medeval_core.endpoints import EndpointCheck, check_roles
 from medeval_core.errors import StoreError
 from medeval_core.forms import FieldSpec, FormError, describe_validation_error, field_specs, form_variants
@@ -46,8 +45,7 @@ def variants(benchmark: str) -> list[str]:
 
 def data_folders(benchmark: str, settings: Settings) -> list[Path]:
     """The folders of the benchmark's data sources under the data directory."""
-    return [settings.data_dir / SOURCES[name].folder for name in registry.spec(benchmark).data_sources
-            if name in SOURCES]
+    return [source.folder_in(settings.data_dir) for source in registry.benchmark_sources(benchmark)]
 
 
 def form(benchmark: str, settings: Settings, variant: str | None = None) -> list[FieldSpec]:

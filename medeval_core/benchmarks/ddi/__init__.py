@@ -7,6 +7,7 @@ summarises a run, ``interactive`` serves the lesion page (a session per evaluati
 ``run ddi`` options and ``judge ddi``.
 """
 
+from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
 SPEC = BenchmarkSpec(
@@ -34,5 +35,5 @@ SPEC = BenchmarkSpec(
                               "when none is configured)"),
     ),
     judges=("ddi-llm", "offline-rules"),
-    data_sources=("ddi", "lesions"),
+    data_sources=(DDI, LESIONS),
 )

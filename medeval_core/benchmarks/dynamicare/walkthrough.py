@@ -46,7 +46,8 @@ ACTOR: Literal["person"] = "person"
 
 
 def source_file(settings: Settings) -> Path:
-    from medeval_core.data import DataError, agentclinic_paths
+    from medeval_core.benchmarks.dynamicare.sources import agentclinic_paths
+    from medeval_core.data import DataError
 
     try:
         return agentclinic_paths(settings.data_dir).medqa

@@ -47,7 +47,8 @@ _lock = threading.Lock()
 
 def dataset(settings: Settings, name: str) -> MediqCases:
     """The cases of ``name`` under the data folder (loaded once per process)."""
-    from medeval_core.data import DataError, mediq_paths
+    from medeval_core.benchmarks.mediq.sources import mediq_paths
+    from medeval_core.data import DataError
 
     try:
         path = mediq_paths(settings.data_dir, name)  # type: ignore[arg-type]
