@@ -18,8 +18,7 @@ from medeval_core.benchmarks.dynamicare.cases import PatientRecord
 from medeval_core.benchmarks.dynamicare.doctors import MAX_DIAGNOSES, Doctor, DoctorView
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics, matched
 from medeval_core.benchmarks.dynamicare.patients import MeasurementReader
-from medeval_core.benchmarks.mediq.interaction import Reply
-from medeval_core.benchmarks.mediq.patients import MediqPatient
+from medeval_core.dialogue import Patient, Reply
 from medeval_core.icd9 import Icd9Mapper, Icd9Mapping, category, lookup, normalise_code
 from medeval_core.interaction import Episode, EpisodeError, Limits, Step
 
@@ -116,9 +115,9 @@ def verdict_of(record: PatientRecord, diagnoses: list[MappedDiagnosis], forced: 
 
 
 class Consultation:
-    def __init__(self, record: PatientRecord, patient: MediqPatient, mapper: Icd9Mapper,
+    def __init__(self, record: PatientRecord, patient: Patient, mapper: Icd9Mapper,
                  ctx: CaseContext | None = None, max_questions: int = DEFAULT_MAX_QUESTIONS,
-                 measurements: MediqPatient | None = None) -> None:
+                 measurements: Patient | None = None) -> None:
         self.record = record
         self.patient = patient
         self._measurements = measurements
@@ -129,7 +128,7 @@ class Consultation:
         self.verdict: Verdict | None = None
 
     @property
-    def measurements(self) -> MediqPatient:
+    def measurements(self) -> Patient:
         """The test channel, built at the first test request (its encoder index costs time)."""
         if self._measurements is None:
             self._measurements = MeasurementReader(self.record)
@@ -195,7 +194,7 @@ def open_episode(consultation: Consultation, ctx: CaseContext, record_start: boo
                    record_start=record_start)
 
 
-def consult(doctor: Doctor, record: PatientRecord, patient: MediqPatient, mapper: Icd9Mapper, ctx: CaseContext,
+def consult(doctor: Doctor, record: PatientRecord, patient: Patient, mapper: Icd9Mapper, ctx: CaseContext,
             max_questions: int = DEFAULT_MAX_QUESTIONS) -> DynamicareOutput:
     consultation = Consultation(record, patient, mapper, ctx, max_questions)
     episode = open_episode(consultation, ctx)

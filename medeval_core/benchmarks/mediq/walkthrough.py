@@ -24,13 +24,13 @@ from medeval_core.benchmarks.mediq.interaction import (
     Choose,
     Consultation,
     MediqOutput,
-    Reply,
     consult,
     open_episode,
 )
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.dialogue import Reply
 from medeval_core.records import CaseOutcome, CaseResult
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
