@@ -2,20 +2,25 @@
 stored whole, a --run-id with other parameters is refused, resume keeps the stored workers, score runs apply a
 scorer to a stored run, and group commit survives SIGKILL with exactly one result per case."""
 
+import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from medeval_core import registry, service
+from medeval_core import launch, registry, service
 from medeval_core.benchmark import BenchmarkError
 from medeval_core.catalog import pages
 from medeval_core.cli import build_parser, main
@@ -43,6 +48,75 @@ def test_a_benchmark_outside_medeval_appears_in_run_pages_and_sidebar(toy: None)
     assert any(row.role == "counter" and row.used_by == "counting" for row in backends_status(load_settings()))
     by_source = {row.name: row.used_by for row in data_status_rows(load_settings())}
     assert "counting" in by_source["MEDIQ (iMedQA, iCraft-MD)"] and by_source["DDXPlus (English)"] == "ddxplus"
+
+
+@contextmanager
+def serving(folder: Path) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving ``folder``; yields its base URL."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's signature
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_store: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    shutil.copy(REPO / "tests" / "support" / "counting_benchmark.py", plugins / "outside_counting.py")
+    # A second plugin naming a data source nobody declares.
+    (plugins / "outside_misnamed.py").write_text(
+        "from outside_counting import SPEC as COUNTING\n"
+        "SPEC = COUNTING.model_copy(update={'name': 'misnamed', 'cli': None, 'pages': (), "
+        "'data_sources': ('nowhere',)})\n")
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "numbers.txt").write_text("1\n2\n3\n")
+    monkeypatch.syspath_prepend(str(plugins))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_misnamed")
+    monkeypatch.setenv("MEDEVAL_DATA_DIR", str(tmp_path / "data"))
+
+    assert main(["data", "status", "--json"]) == 0
+    sources = {s["source"]["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
+    assert sources["counting"]["state"] == "missing"
+    assert sources["counting"]["how_to_get"] == "run `python -m medeval_core data fetch counting`"
+    assert main(["count-numbers"]) == 2
+    assert "numbers.txt is missing" in capsys.readouterr().err
+
+    with serving(published) as base:
+        monkeypatch.setenv("MEDEVAL_COUNTING_API", base)
+        assert main(["data", "fetch", "counting"]) == 0
+    assert (tmp_path / "data" / "counting" / "numbers.txt").read_text() == "1\n2\n3\n"
+    assert "numbers.txt  6 bytes" in capsys.readouterr().out
+    assert main(["count-numbers"]) == 0
+    assert capsys.readouterr().out == "3 numbers, total 6\n"
+    by_source = {row.name: row for row in data_status_rows(load_settings())}
+    assert (by_source["Counting numbers (toy)"].state, by_source["Counting numbers (toy)"].used_by) == \
+        ("found", "counting")
+
+    assert main(["run", "counting", "--n-cases", "3", "--run-id", "p", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["counts"]["done"] == 3
+    assert main(["rescore", "p", "--scorer", "parity", "--run-id", "p-parity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["done"] == 3
+    assert registry.spec("counting").factory == "outside_counting:CountingBenchmark"
+    assert Path(sys.modules["outside_counting"].__file__ or "").parent == plugins
+
+    settings = load_settings()
+    assert launch.data_folders("counting", settings) == [tmp_path / "data" / "counting", tmp_path / "data" / "mediq"]
+    with pytest.raises(BenchmarkError, match=r"reads the data source 'nowhere', which no benchmark declares .*"
+                                             r"declare it in the spec's data_sources"):
+        launch.data_folders("misnamed", settings)
 
 
 def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:
