@@ -3,8 +3,9 @@
 This module is the benchmark's light spec only. ``cases`` loads images and references, ``images`` validates image
 files, ``tasks`` builds the prompts and maps classification answers to labels, ``params`` holds a run's stages,
 ``benchmark`` implements the interfaces (model and responses runs, the judge and exact-label scorers), ``summary``
-summarises a run, ``interactive`` serves the lesion page (a session per evaluation) and ``cli`` adds the
-``run ddi`` options and ``judge ddi``.
+summarises a run, ``interactive`` serves the lesion page (a session per evaluation), ``sources`` declares the DDI
+and ISIC data sources, ``reported`` recomputes the document's reported figures from their counts, and ``cli`` adds
+the ``run ddi`` options, ``judge ddi`` and ``check-reported`` (``reported_cli``).
 """
 
 from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
