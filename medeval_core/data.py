@@ -553,6 +553,24 @@ def _plan_source(name: str) -> DataSource:
     return plans[name]
 
 
+def fetch_options(name: str, options: Mapping[str, Any]) -> BaseModel | None:
+    """The options of ``data fetch NAME`` validated by its plan's options model (None for a plan without options);
+    ``ValueError`` naming the unknown source or each refused option in one sentence."""
+    source = _plan_source(name)
+    assert source.fetch is not None  # every source of fetch_plans() has one
+    options_model = fetch_options_model(source.fetch)
+    if options_model is None:
+        if options:
+            raise ValueError(f"`data fetch {name}` takes no options; drop {', '.join(options)}.")
+        return None
+    try:
+        return options_model.model_validate(options)
+    except ValidationError as exc:
+        from medeval_core.forms import describe_validation_error
+
+        raise ValueError(describe_validation_error(exc)) from exc
+
+
 def fetch(
     name: str,
     data_dir: Path,
@@ -568,17 +586,9 @@ def fetch(
     Raises ``ValueError`` for an unknown name or bad options, ``DownloadError`` (``ChecksumError`` for corrupt
     bytes) with a message that says what to do; a file is only ever replaced by a complete, verified download.
     """
+    validated = fetch_options(name, options)
     source = _plan_source(name)
     assert source.fetch is not None  # every source of fetch_plans() has one
-    options_model = fetch_options_model(source.fetch)
-    if options and options_model is None:
-        raise ValueError(f"`data fetch {name}` takes no options; drop {', '.join(options)}.")
-    try:
-        validated = options_model.model_validate(options) if options_model is not None else None
-    except ValidationError as exc:
-        from medeval_core.forms import describe_validation_error
-
-        raise ValueError(describe_validation_error(exc)) from exc
     plan: Callable[[Fetcher, BaseModel | None], Planned] = _load(source.fetch.plan)
     policy = retry or RetryPolicy()
     folder = source.folder_in(data_dir)

@@ -24,6 +24,7 @@ from medeval_core import launch, registry, service
 from medeval_core.benchmark import BenchmarkError
 from medeval_core.catalog import pages
 from medeval_core.cli import build_parser, main
+from medeval_core.data import data_status
 from medeval_core.records import RunKind, RunStatus
 from medeval_core.runner import BatchRunner
 from medeval_core.settings import load_settings
@@ -117,6 +118,15 @@ def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
     with pytest.raises(BenchmarkError, match=r"reads the data source 'nowhere', which no benchmark declares .*"
                                              r"declare it in the spec's data_sources"):
         launch.data_folders("misnamed", settings)
+
+    # A third plugin declaring the same source differently: refused, naming what to do.
+    (plugins / "outside_conflict.py").write_text(
+        "from outside_counting import NUMBERS_SOURCE, SPEC as COUNTING\n"
+        "SPEC = COUNTING.model_copy(update={'name': 'conflict', 'cli': None, 'pages': (), "
+        "'data_sources': (NUMBERS_SOURCE.model_copy(update={'folder': 'elsewhere'}),)})\n")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_conflict")
+    with pytest.raises(BenchmarkError, match="declare the data source 'counting' differently; declare it in one"):
+        data_status(tmp_path / "data")
 
 
 def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:

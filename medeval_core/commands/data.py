@@ -14,6 +14,7 @@ from medeval_core.data import (
     SourceStatus,
     data_status,
     fetch,
+    fetch_options,
     fetch_options_model,
     fetch_plans,
 )
@@ -121,12 +122,15 @@ class _ProgressPrinter:
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    options = _fetch_options(args)
+    try:
+        fetch_options(args.name, options)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
     data_dir = (args.dest or load_settings().data_dir).resolve()
     print(f"Fetching {args.name} into {data_dir}", file=sys.stderr)
     try:
-        report = fetch(args.name, data_dir, on_progress=_ProgressPrinter(), **_fetch_options(args))
-    except ValueError as exc:  # the plan's options were refused
-        raise CommandError(str(exc)) from exc
+        report = fetch(args.name, data_dir, on_progress=_ProgressPrinter(), **options)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
