@@ -140,6 +140,12 @@ def declared_sources() -> dict[str, DataSource]:
             if declared.setdefault(source.name, source) != source:
                 raise BenchmarkError(f"Two benchmarks declare the data source {source.name!r} differently; declare "
                                      f"it in one spec and name it ({source.name!r}) in the other.")
+    fetched: dict[str, str] = {}
+    for source in declared.values():
+        if source.fetch and fetched.setdefault(source.fetch.name, source.name) != source.name:
+            raise BenchmarkError(f"The data sources {fetched[source.fetch.name]!r} and {source.name!r} are both "
+                                 f"fetched as `data fetch {source.fetch.name}`; give one of their FetchPlans another "
+                                 "name.")
     return declared
 
 

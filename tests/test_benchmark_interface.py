@@ -127,6 +127,13 @@ def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
     monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_conflict")
     with pytest.raises(BenchmarkError, match="declare the data source 'counting' differently; declare it in one"):
         data_status(tmp_path / "data")
+    (plugins / "outside_same_fetch.py").write_text(
+        "from outside_counting import NUMBERS_SOURCE, SPEC as COUNTING\n"
+        "SPEC = COUNTING.model_copy(update={'name': 'same-fetch', 'cli': None, 'pages': (), "
+        "'data_sources': (NUMBERS_SOURCE.model_copy(update={'name': 'more-numbers'}),)})\n")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_same_fetch")
+    with pytest.raises(BenchmarkError, match="'counting' and 'more-numbers' are both fetched as `data fetch counting`"):
+        data_status(tmp_path / "data")
 
 
 def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:
