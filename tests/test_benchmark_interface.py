@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -69,25 +70,38 @@ def serving(folder: Path) -> Iterator[str]:
         server.server_close()
 
 
-def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_store: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    shutil.copy(REPO / "tests" / "support" / "counting_benchmark.py", plugins / "outside_counting.py")
-    # A second plugin naming a data source nobody declares.
-    (plugins / "outside_misnamed.py").write_text(
-        "from outside_counting import SPEC as COUNTING\n"
-        "SPEC = COUNTING.model_copy(update={'name': 'misnamed', 'cli': None, 'pages': (), "
-        "'data_sources': ('nowhere',)})\n")
-    published = tmp_path / "published"
-    published.mkdir()
-    (published / "numbers.txt").write_text("1\n2\n3\n")
-    monkeypatch.syspath_prepend(str(plugins))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_misnamed")
-    monkeypatch.setenv("MEDEVAL_DATA_DIR", str(tmp_path / "data"))
+@dataclass(frozen=True)
+class OutsidePlugins:
+    """A folder outside the checkout on sys.path, holding a copy of the counting benchmark under its own name."""
 
+    folder: Path
+    counting: str
+
+    def add(self, name: str, update: str) -> str:
+        """Another plugin: the counting spec renamed ``name`` with ``update`` (a dict literal) applied; its module."""
+        module = f"{self.counting}_{name}"
+        (self.folder / f"{module}.py").write_text(
+            f"from {self.counting} import NUMBERS_SOURCE, SPEC as COUNTING\n"
+            f"SPEC = COUNTING.model_copy(update={{'name': {name!r}, 'cli': None, 'pages': (), **{update}}})\n")
+        return module
+
+
+@pytest.fixture
+def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> OutsidePlugins:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    counting = f"outside_{tmp_path.name}"  # a module name of this test's own
+    shutil.copy(REPO / "tests" / "support" / "counting_benchmark.py", folder / f"{counting}.py")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEDEVAL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", counting)
+    return OutsidePlugins(folder, counting)
+
+
+def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
+        outside: OutsidePlugins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_store: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "status", "--json"]) == 0
     sources = {s["source"]["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
     assert sources["counting"]["state"] == "missing"
@@ -95,6 +109,9 @@ def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
     assert main(["count-numbers"]) == 2
     assert "numbers.txt is missing" in capsys.readouterr().err
 
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "numbers.txt").write_text("1\n2\n3\n")
     with serving(published) as base:
         monkeypatch.setenv("MEDEVAL_COUNTING_API", base)
         assert main(["data", "fetch", "counting"]) == 0
@@ -105,35 +122,34 @@ def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
     by_source = {row.name: row for row in data_status_rows(load_settings())}
     assert (by_source["Counting numbers (toy)"].state, by_source["Counting numbers (toy)"].used_by) == \
         ("found", "counting")
+    assert launch.data_folders("counting", load_settings()) == [tmp_path / "data" / "counting",
+                                                                tmp_path / "data" / "mediq"]
 
     assert main(["run", "counting", "--n-cases", "3", "--run-id", "p", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"]["counts"]["done"] == 3
     assert main(["rescore", "p", "--scorer", "parity", "--run-id", "p-parity", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["run"]["done"] == 3
-    assert registry.spec("counting").factory == "outside_counting:CountingBenchmark"
-    assert Path(sys.modules["outside_counting"].__file__ or "").parent == plugins
+    assert registry.spec("counting").factory == f"{outside.counting}:CountingBenchmark"
+    assert Path(sys.modules[outside.counting].__file__ or "").parent == outside.folder
 
-    settings = load_settings()
-    assert launch.data_folders("counting", settings) == [tmp_path / "data" / "counting", tmp_path / "data" / "mediq"]
+
+def test_a_data_source_no_benchmark_declares_or_two_declare_apart_is_refused_with_what_to_do(
+        outside: OutsidePlugins, monkeypatch: pytest.MonkeyPatch) -> None:
+    misnamed = outside.add("misnamed", "{'data_sources': ('nowhere',)}")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", f"{outside.counting},{misnamed}")
     with pytest.raises(BenchmarkError, match=r"reads the data source 'nowhere', which no benchmark declares .*"
                                              r"declare it in the spec's data_sources"):
-        launch.data_folders("misnamed", settings)
+        launch.data_folders("misnamed", load_settings())
 
-    # A third plugin declaring the same source differently: refused, naming what to do.
-    (plugins / "outside_conflict.py").write_text(
-        "from outside_counting import NUMBERS_SOURCE, SPEC as COUNTING\n"
-        "SPEC = COUNTING.model_copy(update={'name': 'conflict', 'cli': None, 'pages': (), "
-        "'data_sources': (NUMBERS_SOURCE.model_copy(update={'folder': 'elsewhere'}),)})\n")
-    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_conflict")
+    conflict = outside.add("conflict", "{'data_sources': (NUMBERS_SOURCE.model_copy(update={'folder': 'other'}),)}")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", f"{outside.counting},{conflict}")
     with pytest.raises(BenchmarkError, match="declare the data source 'counting' differently; declare it in one"):
-        data_status(tmp_path / "data")
-    (plugins / "outside_same_fetch.py").write_text(
-        "from outside_counting import NUMBERS_SOURCE, SPEC as COUNTING\n"
-        "SPEC = COUNTING.model_copy(update={'name': 'same-fetch', 'cli': None, 'pages': (), "
-        "'data_sources': (NUMBERS_SOURCE.model_copy(update={'name': 'more-numbers'}),)})\n")
-    monkeypatch.setenv("MEDEVAL_BENCHMARKS", "outside_counting,outside_same_fetch")
-    with pytest.raises(BenchmarkError, match="'counting' and 'more-numbers' are both fetched as `data fetch counting`"):
-        data_status(tmp_path / "data")
+        data_status(load_settings().data_dir)
+
+    same_fetch = outside.add("samefetch", "{'data_sources': (NUMBERS_SOURCE.model_copy(update={'name': 'more'}),)}")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", f"{outside.counting},{same_fetch}")
+    with pytest.raises(BenchmarkError, match="'counting' and 'more' are both fetched as `data fetch counting`"):
+        data_status(load_settings().data_dir)
 
 
 def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:
