@@ -40,7 +40,7 @@ def register(groups: CommandGroups) -> None:
         "checksums; files already present and intact are kept, so an interrupted fetch can simply be rerun.",
     )
     plans = fetch_plans()
-    fetch_parser.add_argument("name", choices=tuple(plans), help="the release to download")
+    fetch_parser.add_argument("name", choices=sorted(plans), help="the release to download")
     fetch_parser.add_argument("--dest", type=Path, default=None, metavar="DIR",
                               help="data directory to fill (default: MEDEVAL_DATA_DIR)")
     offered: set[str] = set()
