@@ -3,7 +3,7 @@ KB-Bayes agent's patients per second on one core.
 
 1. The shared sample (1,066 patients) is replicated to the size of the official test split. Predictions are
    synthetic but realistic (the ground-truth differential with noise, 5-15 questions drawn from the KB). The
-   vectorised metrics (medeval_core.metrics.ddxplus) are timed against a plain per-patient Python loop of the
+   vectorised metrics (medeval_core.benchmarks.ddxplus.metrics) are timed against a plain per-patient Python loop of the
    seed recipe (ddxplus-eval.md, with design.md §3.2 semantics), like with like: both get their inputs prepared
    the same way outside the timing (the ground truth thresholded once per patient file, present and inquired
    roots as sets or bitmaps), both threshold the predictions inside it; CPU time, the same repetitions,
@@ -55,15 +55,15 @@ from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS  # noqa: E402
 from medeval_core.benchmarks.ddxplus.interaction import OfflineContext, consult  # noqa: E402
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb  # noqa: E402
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent  # noqa: E402
-from medeval_core.benchmarks.ddxplus.patients import PatientSet, load_patients  # noqa: E402
-from medeval_core.benchmarks.ddxplus.scoring import PredictionBuilder  # noqa: E402
-from medeval_core.metrics.ddxplus import (  # noqa: E402
+from medeval_core.benchmarks.ddxplus.metrics import (  # noqa: E402
     METRIC_KEYS,
     SUM_TOLERANCE,
     THRESHOLD,
     mean_metrics,
     per_patient,
 )
+from medeval_core.benchmarks.ddxplus.patients import PatientSet, load_patients  # noqa: E402
+from medeval_core.benchmarks.ddxplus.scoring import PredictionBuilder  # noqa: E402
 
 TEST_SPLIT = 134_529
 # Runs of each side, interleaved: the machine is shared, the minimum is the cost (timeit's convention).

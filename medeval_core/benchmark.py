@@ -268,8 +268,8 @@ class Benchmark(ABC, Generic[P, C, O]):
         raise BenchmarkError(f"The {self.name} benchmark has no scorer called {name!r}.")
 
     def score_stages(self, params: P, settings: Settings) -> list[ScoreParams]:
-        """Score runs that complete a run of these params once its cases are done (DDI: its responses are judged
-        by a score run); none by default. A launched run does them in its worker, as ``run ddi`` does."""
+        """Score runs that complete a run of these params once its cases are done (e.g. a judge over its
+        responses); none by default. A launched run does them in its worker, as a benchmark's own ``run`` may."""
         return []
 
     @abstractmethod

@@ -31,12 +31,10 @@ if TYPE_CHECKING:
     from medeval_core.store import Store
 
 COMMAND_MODULES = (
-    "medeval_core.commands.reported",
     "medeval_core.commands.runs",
     "medeval_core.commands.data",
     "medeval_core.commands.annotation",
     "medeval_core.commands.serve",
-    "medeval_core.benchmarks.sdbench.cli",
 )
 
 

@@ -210,9 +210,9 @@ def run_summaries(store: Store, run_id: str) -> list[MetricSummary]:
 
 def check_comparable(store: Store, run_a: str, run_b: str) -> None:
     """Refuse (``BenchmarkError``, one sentence) a pair whose case ids do not name the same cases: a session
-    (one case evaluated on a page: every lesion evaluation has the case id ``lesion``), runs of two benchmarks,
+    (one case evaluated on a page, whose case id every evaluation of that page shares), runs of two benchmarks,
     or runs on another dataset or task (``Benchmark.comparison_key``: e.g. open-ended against classification,
-    or two DDXPlus patient files whose row ids coincide). A score run counts as the run it scores."""
+    or two patient files whose row ids coincide). A score run counts as the run it scores."""
     from medeval_core import registry
     from medeval_core.benchmark import BenchmarkError
     from medeval_core.records import RunConfig, RunKind

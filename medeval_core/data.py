@@ -1,22 +1,25 @@
-"""Locating and downloading the official data releases (design.md §4).
+"""Data sources and the generic engine that finds and downloads them (design.md §4).
 
-Every source lives in one folder under the data directory (``MEDEVAL_DATA_DIR``): ``ddxplus/``, ``mediq/``,
-``agentclinic/``, ``lesions/``, ``ddi/``, ``costing/``, ``sdbench/``. ``data_status`` says which are there; one small
-function per source resolves the files a loader needs, or raises ``DataMissingError`` naming the missing file and
-the command that gets it; ``fetch`` downloads the public releases, checks sizes and checksums, and writes each file
-atomically, so an interrupted or corrupt download never leaves a file that looks complete.
+A benchmark declares the data sources it reads in its spec (``BenchmarkSpec.data_sources``): a ``DataSource``
+names its folder under the data directory (``MEDEVAL_DATA_DIR``), its licence, the files it needs, and how to get
+them: a ``FetchPlan`` behind ``data fetch NAME`` for a public release, or instructions for one that must be
+requested. ``data_status`` says which sources are there; ``require`` resolves a file a loader needs, or raises
+``DataMissingError`` naming the missing file and how to get it; ``fetch`` runs a source's plan, checks sizes and
+checksums, and writes each file atomically, so an interrupted or corrupt download never leaves a file that looks
+complete.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
-import re
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Literal
-from urllib.parse import quote, urlparse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -28,29 +31,8 @@ if TYPE_CHECKING:
     import httpx
     from tenacity import Retrying
 
-SourceName = Literal["ddxplus", "mediq", "agentclinic", "lesions", "ddi", "costing", "sdbench"]
-FetchName = Literal["ddxplus", "mediq", "agentclinic", "isic"]
 SourceState = Literal["found", "partial", "missing"]
-DdxplusSplit = Literal["train", "validate", "test"]
-MediqDataset = Literal["imedqa", "icraftmd"]
 
-FETCHABLE: tuple[FetchName, ...] = ("ddxplus", "mediq", "agentclinic", "isic")
-DDXPLUS_FIGSHARE_ARTICLE = 22687585
-DDXPLUS_RELEASE_FILES = (
-    "release_evidences.json",
-    "release_conditions.json",
-    "release_train_patients.zip",
-    "release_validate_patients.zip",
-    "release_test_patients.zip",
-)
-DDXPLUS_SAMPLE_PATIENTS = "patients_sample_en.csv"
-DEFAULT_ISIC_IDS = tuple(f"ISIC_000000{i}" for i in range(5))
-ISIC_ID = re.compile(r"ISIC_\d{7}")
-IMAGE_PATTERNS = ("*.jpg", "*.jpeg", "*.png")
-
-DEFAULT_FIGSHARE_API = "https://api.figshare.com/v2"
-DEFAULT_GITHUB_RAW = "https://raw.githubusercontent.com"
-DEFAULT_ISIC_API = "https://api.isic-archive.com/api/v2"
 _CHUNK_BYTES = 1 << 20
 
 
@@ -68,7 +50,7 @@ class DataError(Exception):
 class DataMissingError(DataError):
     """A file a loader needs is not in the data directory."""
 
-    def __init__(self, message: str, source: SourceName) -> None:
+    def __init__(self, message: str, source: str) -> None:
         super().__init__(message)
         self.source = source
 
@@ -91,27 +73,60 @@ class Requirement(_Frozen):
     patterns: tuple[str, ...]
 
 
+class Service(_Frozen):
+    """A web service releases are downloaded from: its base URL, which the environment variable ``env`` overrides
+    (tests point it at a local server). ``key`` names it in ``Endpoints``."""
+
+    key: str
+    env: str
+    default: str
+
+
+FIGSHARE_API = Service(key="figshare_api", env="MEDEVAL_FIGSHARE_API", default="https://api.figshare.com/v2")
+GITHUB_RAW = Service(key="github_raw", env="MEDEVAL_GITHUB_RAW", default="https://raw.githubusercontent.com")
+SHARED_SERVICES = (FIGSHARE_API, GITHUB_RAW)
+
+
+class FetchPlan(_Frozen):
+    """How ``python -m medeval_core data fetch NAME`` downloads a public release.
+
+    ``plan`` is ``'module:function'``, called with a ``Fetcher`` and the validated options (or None) and returning
+    where the files come from (a phrase) and the files (``RemoteFile``; an iterator is consumed one file at a time,
+    for services whose download links expire). ``options`` is ``'module:Model'``, a pydantic model of the plan's
+    own options, offered as ``data fetch`` options (a tuple field as a comma-separated list). ``services`` are the
+    services the plan reaches besides the shared ones, so their environment variables are read.
+    """
+
+    name: str
+    plan: str
+    options: str | None = None
+    services: tuple[Service, ...] = ()
+
+
 class DataSource(_Frozen):
     """A data source: where it lives under the data directory, its licence, and how to get it."""
 
-    name: SourceName
+    name: str
     folder: str
     title: str
     description: str
     licence: str
     required: tuple[Requirement, ...]
     optional: tuple[Requirement, ...] = ()
-    fetch_name: FetchName | None = None
+    fetch: FetchPlan | None = None
     manual_instructions: str | None = None
 
     @property
     def fetch_command(self) -> str | None:
-        return f"python -m medeval_core data fetch {self.fetch_name}" if self.fetch_name else None
+        return f"python -m medeval_core data fetch {self.fetch.name}" if self.fetch else None
 
     def how_to_get(self, folder: Path) -> str:
         if self.fetch_command:
             return f"run `{self.fetch_command}`"
         return f"{self.manual_instructions} Folder: {folder}"
+
+    def folder_in(self, data_dir: Path) -> Path:
+        return Path(data_dir) / self.folder
 
 
 class SourceStatus(_Frozen):
@@ -125,120 +140,39 @@ class SourceStatus(_Frozen):
     how_to_get: str
 
 
-SOURCES: dict[SourceName, DataSource] = {
-    source.name: source
-    for source in (
-        DataSource(
-            name="ddxplus",
-            folder="ddxplus",
-            title="DDXPlus (English)",
-            description="Synthetic patients with evidences, pathology and differential; knowledge base of "
-            "223 evidences and 49 pathologies.",
-            licence="CC-BY 4.0 (Mila / Dialogue Health Technologies)",
-            required=(
-                Requirement(label="release_evidences.json", patterns=("release_evidences.json",)),
-                Requirement(label="release_conditions.json", patterns=("release_conditions.json",)),
-                Requirement(
-                    label="patients (release_{train,validate,test}_patients.zip or .csv, or "
-                    f"{DDXPLUS_SAMPLE_PATIENTS})",
-                    patterns=("release_*_patients.csv", "release_*_patients.zip", DDXPLUS_SAMPLE_PATIENTS),
-                ),
-            ),
-            fetch_name="ddxplus",
-        ),
-        DataSource(
-            name="mediq",
-            folder="mediq",
-            title="MEDIQ (iMedQA, iCraft-MD)",
-            description="Clinical vignettes split into atomic patient facts, for interactive question asking.",
-            licence="CC BY 4.0 (Li et al., NeurIPS 2024)",
-            required=(
-                Requirement(label="iMedQA (all_dev_good.jsonl or imedqa_sample200.jsonl)",
-                            patterns=("all_dev_good.jsonl", "imedqa_sample200.jsonl")),
-                Requirement(label="iCraft-MD (all_craft_md.jsonl or icraftmd.jsonl)",
-                            patterns=("all_craft_md.jsonl", "icraftmd.jsonl")),
-            ),
-            fetch_name="mediq",
-        ),
-        DataSource(
-            name="agentclinic",
-            folder="agentclinic",
-            title="AgentClinic MedQA",
-            description="OSCE-style cases with history, examination and test results; the bundled "
-            "sequential-diagnosis cases.",
-            licence="MIT (Samuel Schmidgall)",
-            required=(Requirement(label="agentclinic_medqa.jsonl", patterns=("agentclinic_medqa.jsonl",)),),
-            optional=(Requirement(label="agentclinic_medqa_extended.jsonl",
-                                  patterns=("agentclinic_medqa_extended.jsonl",)),),
-            fetch_name="agentclinic",
-        ),
-        DataSource(
-            name="lesions",
-            folder="lesions",
-            title="ISIC dermoscopic images",
-            description="Lesion images from the ISIC Archive for walkthroughs and demos.",
-            licence="per image, as the ISIC Archive lists it (the default five are CC-0)",
-            required=(Requirement(label="lesion images (.jpg/.jpeg/.png)", patterns=IMAGE_PATTERNS),),
-            fetch_name="isic",
-        ),
-        DataSource(
-            name="ddi",
-            folder="ddi",
-            title="DDI (Diverse Dermatology Images)",
-            description="656 clinical images with biopsy-proven diagnoses and Fitzpatrick skin-tone groups.",
-            licence="Stanford research-use agreement; cannot be redistributed or downloaded here",
-            required=(
-                Requirement(label="ddi_metadata.csv", patterns=("ddi_metadata.csv",)),
-                Requirement(label="DDI images (.png)", patterns=("*.png",)),
-            ),
-            manual_instructions="DDI is licensed for research use only: request access to the Stanford AIMI "
-            "DDI dataset (linked from https://ddi-dataset.github.io), accept its agreement, and unpack "
-            "ddi_metadata.csv and the images.",
-        ),
-        DataSource(
-            name="costing",
-            folder="costing",
-            title="Test prices",
-            description="Price table for ordered tests; without it, test costs are estimates marked as such.",
-            licence="CMS fee schedules (US government work, public domain)",
-            required=(Requirement(label="cms_prices.csv", patterns=("cms_prices.csv",)),),
-            manual_instructions="Build cms_prices.csv from the CMS Clinical Laboratory Fee Schedule and Physician "
-            "Fee Schedule files, or supply a charge-master CSV under that name with the columns code, kind, "
-            "national_price_usd, source_file, year.",
-        ),
-        DataSource(
-            name="sdbench",
-            folder="sdbench",
-            title="SDBench (NEJM CPC cases)",
-            description="The sequential-diagnosis benchmark cases of the SDBench paper.",
-            licence="not public",
-            required=(Requirement(label="SDBench case files", patterns=("*",)),),
-            manual_instructions="SDBench's NEJM cases are not public and cannot be downloaded; sequential-diagnosis "
-            "runs use the AgentClinic cases (`python -m medeval_core data fetch agentclinic`). If you hold the "
-            "cases under an agreement with their owners, put them in this folder.",
-        ),
-    )
-}
+def sources() -> dict[str, DataSource]:
+    """Every data source the registered benchmarks declare, by name."""
+    # Imported here: the registry's specs are typed with this module's DataSource, so it imports this module.
+    from medeval_core import registry
+
+    return registry.declared_sources()
 
 
-def _matches(folder: Path, pattern: str) -> list[Path]:
+def fetch_plans() -> dict[str, DataSource]:
+    """``data fetch`` name -> the source it downloads."""
+    return {source.fetch.name: source for source in sources().values() if source.fetch is not None}
+
+
+def matches(folder: Path, pattern: str) -> list[Path]:
+    """The files in ``folder`` matching the glob ``pattern``, sorted."""
     # Leading-dot names are our own in-progress downloads (and OS clutter), never data.
     return sorted(p for p in folder.glob(pattern) if p.is_file() and not p.name.startswith("."))
 
 
-def _first_match(folder: Path, patterns: Iterable[str]) -> list[Path]:
+def first_match(folder: Path, patterns: Iterable[str]) -> list[Path]:
+    """The files of the first of ``patterns`` that matches any."""
     for pattern in patterns:
-        if found := _matches(folder, pattern):
+        if found := matches(folder, pattern):
             return found
     return []
 
 
 def source_status(source: DataSource, data_dir: Path) -> SourceStatus:
-    folder = Path(data_dir) / source.folder
+    folder = source.folder_in(data_dir)
     files: set[str] = set()
     missing: list[str] = []
     for requirement in (*source.required, *source.optional):
-        found = _first_match(folder, requirement.patterns) if folder.is_dir() else []
+        found = first_match(folder, requirement.patterns) if folder.is_dir() else []
         files.update(p.name for p in found)
         if not found and requirement in source.required:
             missing.append(requirement.label)
@@ -255,138 +189,52 @@ def source_status(source: DataSource, data_dir: Path) -> SourceStatus:
 
 
 def data_status(data_dir: Path) -> list[SourceStatus]:
-    """Each known source in ``data_dir`` as found, partial or missing, with how to get what is missing."""
-    return [source_status(source, Path(data_dir)) for source in SOURCES.values()]
+    """Each declared source in ``data_dir`` as found, partial or missing, with how to get what is missing."""
+    return [source_status(source, Path(data_dir)) for source in sources().values()]
 
 
 # --------------------------------------------------------------------------------------------------- paths
 
 
-def _missing(source_name: SourceName, what: str, folder: Path) -> DataMissingError:
-    source = SOURCES[source_name]
+def missing(source: DataSource, what: str, folder: Path) -> DataMissingError:
+    """The error for ``what`` missing from ``folder``, saying how to get it."""
     return DataMissingError(
-        f"{source.title}: {what} is missing from {folder}; to get it, {source.how_to_get(folder)}.", source_name
+        f"{source.title}: {what} is missing from {folder}; to get it, {source.how_to_get(folder)}.", source.name
     )
 
 
-def _require(source_name: SourceName, data_dir: Path, label: str, patterns: Iterable[str]) -> Path:
-    folder = Path(data_dir) / SOURCES[source_name].folder
-    found = _first_match(folder, patterns)
+def require(source: DataSource, data_dir: Path, label: str, patterns: Iterable[str]) -> Path:
+    """The first file in the source's folder matching ``patterns``; ``DataMissingError`` (naming ``label``) when
+    there is none."""
+    folder = source.folder_in(data_dir)
+    found = first_match(folder, patterns)
     if not found:
-        raise _missing(source_name, label, folder)
+        raise missing(source, label, folder)
     return found[0]
-
-
-class DdxplusPaths(_Frozen):
-    """The DDXPlus knowledge base and whichever patient files are present (official release or the sample)."""
-
-    folder: Path
-    evidences: Path
-    conditions: Path
-    patients: dict[DdxplusSplit, Path]
-    sample_patients: Path | None
-
-    def patients_file(self, split: DdxplusSplit = "test") -> Path:
-        """The official patients of ``split``; for the test split, the shared sample when that is all there is."""
-        if split in self.patients:
-            return self.patients[split]
-        if split == "test" and self.sample_patients is not None:
-            return self.sample_patients
-        raise _missing("ddxplus", f"release_{split}_patients.zip", self.folder)
-
-
-def ddxplus_paths(data_dir: Path) -> DdxplusPaths:
-    folder = Path(data_dir) / "ddxplus"
-    evidences = _require("ddxplus", data_dir, "release_evidences.json", ("release_evidences.json",))
-    conditions = _require("ddxplus", data_dir, "release_conditions.json", ("release_conditions.json",))
-    patients: dict[DdxplusSplit, Path] = {}
-    for split in ("train", "validate", "test"):
-        # An unpacked CSV reads faster than the zip it came from.
-        if found := _first_match(folder, (f"release_{split}_patients.csv", f"release_{split}_patients.zip")):
-            patients[split] = found[0]
-    sample = folder / DDXPLUS_SAMPLE_PATIENTS
-    sample_patients = sample if sample.is_file() else None
-    if not patients and sample_patients is None:
-        raise _missing("ddxplus", f"a patients file (release_test_patients.zip or {DDXPLUS_SAMPLE_PATIENTS})",
-                       folder)
-    return DdxplusPaths(folder=folder, evidences=evidences, conditions=conditions, patients=patients,
-                        sample_patients=sample_patients)
-
-
-class MediqPaths(_Frozen):
-    """One MEDIQ dataset file: the official release or the shared sample (the protocol's 200 iMedQA cases)."""
-
-    dataset: MediqDataset
-    path: Path
-    release: Literal["official", "sample"]
-
-
-_MEDIQ_FILES: dict[MediqDataset, tuple[str, str]] = {
-    "imedqa": ("all_dev_good.jsonl", "imedqa_sample200.jsonl"),
-    "icraftmd": ("all_craft_md.jsonl", "icraftmd.jsonl"),
-}
-
-
-def mediq_paths(data_dir: Path, dataset: MediqDataset) -> MediqPaths:
-    official, sample = _MEDIQ_FILES[dataset]
-    path = _require("mediq", data_dir, f"{official} (or {sample})", (official, sample))
-    return MediqPaths(dataset=dataset, path=path, release="official" if path.name == official else "sample")
-
-
-class AgentClinicPaths(_Frozen):
-    medqa: Path
-    medqa_extended: Path | None
-
-
-def agentclinic_paths(data_dir: Path) -> AgentClinicPaths:
-    medqa = _require("agentclinic", data_dir, "agentclinic_medqa.jsonl", ("agentclinic_medqa.jsonl",))
-    extended = medqa.with_name("agentclinic_medqa_extended.jsonl")
-    return AgentClinicPaths(medqa=medqa, medqa_extended=extended if extended.is_file() else None)
-
-
-def lesion_images(data_dir: Path) -> list[Path]:
-    """Every lesion image in ``lesions/``, sorted by name."""
-    folder = Path(data_dir) / "lesions"
-    images = sorted({p for pattern in IMAGE_PATTERNS for p in _matches(folder, pattern)})
-    if not images:
-        raise _missing("lesions", "lesion images (.jpg/.jpeg/.png)", folder)
-    return images
-
-
-class DdiPaths(_Frozen):
-    """The DDI metadata table; its ``DDI_file`` column names images in the same folder."""
-
-    folder: Path
-    metadata: Path
-
-
-def ddi_paths(data_dir: Path) -> DdiPaths:
-    metadata = _require("ddi", data_dir, "ddi_metadata.csv", ("ddi_metadata.csv",))
-    return DdiPaths(folder=metadata.parent, metadata=metadata)
-
-
-def cms_prices_path(data_dir: Path) -> Path:
-    return _require("costing", data_dir, "cms_prices.csv", ("cms_prices.csv",))
 
 
 # --------------------------------------------------------------------------------------------------- fetching
 
 
-class Endpoints(_Frozen):
-    """Base URLs of the services the releases come from; tests point them at a local server."""
+class Endpoints(BaseModel):
+    """Base URLs of the services releases come from, by service key (``figshare_api=...``); tests point them at a
+    local server. A service not named here is reached at its default address."""
 
-    figshare_api: str = DEFAULT_FIGSHARE_API
-    github_raw: str = DEFAULT_GITHUB_RAW
-    isic_api: str = DEFAULT_ISIC_API
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    def base_url(self, service: Service) -> str:
+        return str((self.model_extra or {}).get(service.key) or service.default).rstrip("/")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Endpoints:
         env = os.environ if environ is None else environ
-        return cls(
-            figshare_api=env.get("MEDEVAL_FIGSHARE_API") or DEFAULT_FIGSHARE_API,
-            github_raw=env.get("MEDEVAL_GITHUB_RAW") or DEFAULT_GITHUB_RAW,
-            isic_api=env.get("MEDEVAL_ISIC_API") or DEFAULT_ISIC_API,
-        )
+        return cls(**{service.key: env.get(service.env) or service.default for service in known_services()})
+
+
+def known_services() -> tuple[Service, ...]:
+    """The shared services and those the declared fetch plans add."""
+    added = (service for source in fetch_plans().values() if source.fetch for service in source.fetch.services)
+    return tuple({service.key: service for service in (*SHARED_SERVICES, *added)}.values())
 
 
 class RetryPolicy(_Frozen):
@@ -398,7 +246,7 @@ class RetryPolicy(_Frozen):
 
 
 class FetchProgress(_Frozen):
-    source: FetchName
+    source: str
     file: str
     done_bytes: int
     total_bytes: int | None
@@ -417,7 +265,7 @@ class FetchedFile(_Frozen):
 
 
 class FetchReport(_Frozen):
-    source: FetchName
+    source: str
     folder: Path
     origin: str
     files: tuple[FetchedFile, ...]
@@ -426,7 +274,10 @@ class FetchReport(_Frozen):
 ProgressCallback = Callable[[FetchProgress], None]
 
 
-class _RemoteFile(_Frozen):
+class RemoteFile(_Frozen):
+    """One file a fetch plan downloads: its name in the source's folder, its URL, and what the publisher lists
+    about it (size, md5, licence), checked against the bytes received."""
+
     name: str
     url: str
     size: int | None
@@ -444,8 +295,9 @@ def _check_status(response: httpx.Response) -> None:
     if code in (408, 429) or code >= 500:
         raise _RetryableStatus(response)
     if code >= 400:
+        overrides = ", ".join(service.env for service in known_services())
         raise DownloadError(f"{response.request.url} answered HTTP {code}; check that it still exists there (and "
-                            "any MEDEVAL_FIGSHARE_API, MEDEVAL_GITHUB_RAW or MEDEVAL_ISIC_API you set).")
+                            f"any of {overrides} you set).")
 
 
 def _retrying(policy: RetryPolicy) -> Retrying:
@@ -504,7 +356,7 @@ def _file_digests(path: Path) -> tuple[str, str]:
     return md5.hexdigest(), sha256.hexdigest()
 
 
-def _checks(remote: _RemoteFile) -> tuple[str, ...]:
+def _checks(remote: RemoteFile) -> tuple[str, ...]:
     checks = []
     if remote.size is not None:
         checks.append("size")
@@ -513,7 +365,7 @@ def _checks(remote: _RemoteFile) -> tuple[str, ...]:
     return tuple(checks)
 
 
-def _already_present(target: Path, remote: _RemoteFile) -> str | None:
+def _already_present(target: Path, remote: RemoteFile) -> str | None:
     """The file's sha256 when it is present and provably the listed file, else None (then it is downloaded again)."""
     if remote.size is None or not target.is_file() or target.stat().st_size != remote.size:
         return None
@@ -525,8 +377,8 @@ def _already_present(target: Path, remote: _RemoteFile) -> str | None:
 
 def _download(
     client: httpx.Client,
-    source: FetchName,
-    remote: _RemoteFile,
+    source: str,
+    remote: RemoteFile,
     folder: Path,
     policy: RetryPolicy,
     on_progress: ProgressCallback | None,
@@ -576,7 +428,7 @@ def _download(
 
 def _stream_into(
     client: httpx.Client,
-    remote: _RemoteFile,
+    remote: RemoteFile,
     handle: IO[bytes],
     report: Callable[[int, int | None, Literal["downloading"]], None],
 ) -> tuple[str, str]:
@@ -619,71 +471,58 @@ class _FigshareArticle(BaseModel):
     files: list[_FigshareFile]
 
 
-def _plan_ddxplus(client: httpx.Client, endpoints: Endpoints, policy: RetryPolicy) -> tuple[str, list[_RemoteFile]]:
-    url = f"{endpoints.figshare_api.rstrip('/')}/articles/{DDXPLUS_FIGSHARE_ARTICLE}"
-    try:
-        article = _FigshareArticle.model_validate(_get_json(client, url, policy))
-    except ValidationError as exc:
-        raise DownloadError(f"{url} answered with an article listing medeval does not understand ({exc}).") from exc
-    listed = {f.name: f for f in article.files}
-    absent = [name for name in DDXPLUS_RELEASE_FILES if name not in listed]
-    if absent:
-        raise DownloadError(f"figshare article {DDXPLUS_FIGSHARE_ARTICLE} no longer lists {', '.join(absent)}; "
-                            "check https://doi.org/10.6084/m9.figshare.22687585 for the current release.")
-    remote = [
-        _RemoteFile(name=name, url=listed[name].download_url, size=listed[name].size,
-                    md5=(listed[name].computed_md5 or listed[name].supplied_md5 or None),
-                    licence="CC-BY 4.0")
-        for name in DDXPLUS_RELEASE_FILES
-    ]
-    version = f" version {article.version}" if article.version is not None else ""
-    return f"figshare article {article.id}{version}", remote
+Planned = tuple[str, Iterable[RemoteFile]]
+"""What a fetch plan returns: where the files come from (a phrase for the report) and the files."""
 
 
-def _plan_github(
-    client: httpx.Client, endpoints: Endpoints, policy: RetryPolicy, repo: str, branch: str,
-    files: Mapping[str, str], licence: str,
-) -> tuple[str, list[_RemoteFile]]:
-    remote = []
-    for repo_path, name in files.items():
-        url = f"{endpoints.github_raw.rstrip('/')}/{repo}/{branch}/{quote(repo_path)}"
-        # GitHub publishes no checksum for raw files; the size from a HEAD request still lets a rerun skip them.
-        remote.append(_RemoteFile(name=name, url=url, size=_head_size(client, url, policy), licence=licence))
-    return f"GitHub {repo} branch {branch}", remote
+@dataclass(frozen=True)
+class Fetcher:
+    """What a fetch plan reaches the services through: requests retried by the policy, base URLs from the
+    endpoints, and the plans for the shared services (a figshare article, files of a GitHub repository)."""
 
+    client: httpx.Client
+    endpoints: Endpoints
+    policy: RetryPolicy
 
-class _IsicFile(BaseModel):
-    url: str
-    size: int
+    def base_url(self, service: Service) -> str:
+        return self.endpoints.base_url(service)
 
+    def get_json(self, url: str) -> object:
+        return _get_json(self.client, url, self.policy)
 
-class _IsicFiles(BaseModel):
-    full: _IsicFile
+    def head_size(self, url: str) -> int | None:
+        return _head_size(self.client, url, self.policy)
 
+    def figshare_article(self, article_id: int, names: Iterable[str], licence: str) -> Planned:
+        """The files ``names`` of a figshare article, with the sizes and md5 sums figshare lists."""
+        url = f"{self.base_url(FIGSHARE_API)}/articles/{article_id}"
+        try:
+            article = _FigshareArticle.model_validate(self.get_json(url))
+        except ValidationError as exc:
+            raise DownloadError(f"{url} answered with an article listing medeval does not understand ({exc}).") \
+                from exc
+        listed = {f.name: f for f in article.files}
+        wanted = tuple(names)
+        absent = [name for name in wanted if name not in listed]
+        if absent:
+            raise DownloadError(f"figshare article {article_id} no longer lists {', '.join(absent)}; check "
+                                f"https://doi.org/10.6084/m9.figshare.{article_id} for the current release.")
+        remote = [
+            RemoteFile(name=name, url=listed[name].download_url, size=listed[name].size,
+                       md5=(listed[name].computed_md5 or listed[name].supplied_md5 or None), licence=licence)
+            for name in wanted
+        ]
+        version = f" version {article.version}" if article.version is not None else ""
+        return f"figshare article {article.id}{version}", remote
 
-class _IsicImage(BaseModel):
-    isic_id: str
-    copyright_license: str = ""
-    files: _IsicFiles
-
-
-def _plan_isic(
-    client: httpx.Client, endpoints: Endpoints, policy: RetryPolicy, isic_ids: Iterable[str]
-) -> tuple[str, Iterator[_RemoteFile]]:
-    def images() -> Iterator[_RemoteFile]:
-        # Lazily, one image at a time: the archive's download URLs are signed and expire.
-        for isic_id in isic_ids:
-            url = f"{endpoints.isic_api.rstrip('/')}/images/{isic_id}/"
-            try:
-                image = _IsicImage.model_validate(_get_json(client, url, policy))
-            except ValidationError as exc:
-                raise DownloadError(f"{url} answered with image metadata medeval does not understand ({exc}).") from exc
-            suffix = PurePosixPath(urlparse(image.files.full.url).path).suffix.lower()
-            name = image.isic_id + (suffix if suffix in (".jpg", ".jpeg", ".png") else ".jpg")
-            yield _RemoteFile(name=name, url=image.files.full.url, size=image.files.full.size,
-                              licence=image.copyright_license or None)
-
-    return "ISIC Archive", images()
+    def github_files(self, repo: str, branch: str, files: Mapping[str, str], licence: str) -> Planned:
+        """Files of a GitHub repository (path in the repository -> name in the source's folder)."""
+        remote = []
+        for repo_path, name in files.items():
+            url = f"{self.base_url(GITHUB_RAW)}/{repo}/{branch}/{quote(repo_path)}"
+            # GitHub publishes no checksum for raw files; the size from a HEAD request still lets a rerun skip them.
+            remote.append(RemoteFile(name=name, url=url, size=self.head_size(url), licence=licence))
+        return f"GitHub {repo} branch {branch}", remote
 
 
 def _client() -> httpx.Client:
@@ -697,51 +536,64 @@ def _client() -> httpx.Client:
     )
 
 
-def validate_isic_ids(isic_ids: Iterable[str]) -> tuple[str, ...]:
-    ids = tuple(isic_ids)
-    bad = [i for i in ids if not ISIC_ID.fullmatch(i)]
-    if bad or not ids:
-        raise ValueError(f"ISIC image ids look like ISIC_0000000 (ISIC_ and seven digits); got {bad or 'none'}.")
-    return ids
+def _load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def fetch_options_model(plan: FetchPlan) -> type[BaseModel] | None:
+    """The pydantic model of the plan's own options, or None when it has none."""
+    return _load(plan.options) if plan.options else None
+
+
+def _plan_source(name: str) -> DataSource:
+    plans = fetch_plans()
+    if name not in plans:
+        raise ValueError(f"Unknown data source {name!r}; choose one of {', '.join(plans) or 'none'}.")
+    return plans[name]
+
+
+def fetch_options(name: str, options: Mapping[str, Any]) -> BaseModel | None:
+    """The options of ``data fetch NAME`` validated by its plan's options model (None for a plan without options);
+    ``ValueError`` naming the unknown source or each refused option in one sentence."""
+    source = _plan_source(name)
+    assert source.fetch is not None  # every source of fetch_plans() has one
+    options_model = fetch_options_model(source.fetch)
+    if options_model is None:
+        if options:
+            raise ValueError(f"`data fetch {name}` takes no options; drop {', '.join(options)}.")
+        return None
+    try:
+        return options_model.model_validate(options)
+    except ValidationError as exc:
+        from medeval_core.forms import describe_validation_error
+
+        raise ValueError(describe_validation_error(exc)) from exc
 
 
 def fetch(
-    name: FetchName,
+    name: str,
     data_dir: Path,
     *,
     endpoints: Endpoints | None = None,
-    isic_ids: Iterable[str] = DEFAULT_ISIC_IDS,
     retry: RetryPolicy | None = None,
     on_progress: ProgressCallback | None = None,
+    **options: Any,
 ) -> FetchReport:
-    """Download one public release into its folder under ``data_dir``; files already present and intact are kept.
+    """Download one public release (a ``data fetch`` name) into its source's folder under ``data_dir``; files
+    already present and intact are kept. ``options`` are the plan's own (``FetchPlan.options``).
 
-    Raises ``DownloadError`` (``ChecksumError`` for corrupt bytes) with a message that says what to do; a file is
-    only ever replaced by a complete, verified download.
+    Raises ``ValueError`` for an unknown name or bad options, ``DownloadError`` (``ChecksumError`` for corrupt
+    bytes) with a message that says what to do; a file is only ever replaced by a complete, verified download.
     """
-    if name not in FETCHABLE:
-        raise ValueError(f"Unknown data source {name!r}; choose one of {', '.join(FETCHABLE)}.")
-    ids = validate_isic_ids(isic_ids) if name == "isic" else ()
-    endpoints = endpoints or Endpoints.from_env()
+    validated = fetch_options(name, options)
+    source = _plan_source(name)
+    assert source.fetch is not None  # every source of fetch_plans() has one
+    plan: Callable[[Fetcher, BaseModel | None], Planned] = _load(source.fetch.plan)
     policy = retry or RetryPolicy()
-    folder = Path(data_dir) / ("lesions" if name == "isic" else name)
-    remote: Iterable[_RemoteFile]
+    folder = source.folder_in(data_dir)
     with _client() as http:
-        if name == "ddxplus":
-            origin, remote = _plan_ddxplus(http, endpoints, policy)
-        elif name == "mediq":
-            origin, remote = _plan_github(http, endpoints, policy, "stellalisy/mediQ", "main",
-                                          {"data/all_dev_good.jsonl": "all_dev_good.jsonl",
-                                           "data/all_craft_md.jsonl": "all_craft_md.jsonl"},
-                                          "CC BY 4.0")
-        elif name == "agentclinic":
-            origin, remote = _plan_github(http, endpoints, policy, "SamuelSchmidgall/AgentClinic", "main",
-                                          {"agentclinic_medqa.jsonl": "agentclinic_medqa.jsonl",
-                                           "agentclinic_medqa_extended.jsonl": "agentclinic_medqa_extended.jsonl",
-                                           "LICENSE.txt": "LICENSE.txt"},
-                                          "MIT")
-        else:
-            origin, remote = _plan_isic(http, endpoints, policy, ids)
+        origin, remote = plan(Fetcher(http, endpoints or Endpoints.from_env(), policy), validated)
         folder.mkdir(parents=True, exist_ok=True)
         files = tuple(_download(http, name, item, folder, policy, on_progress) for item in remote)
     return FetchReport(source=name, folder=folder, origin=origin, files=files)

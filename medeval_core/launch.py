@@ -15,7 +15,6 @@ from pydantic import BaseModel, ValidationError
 
 from medeval_core import registry, service, workers
 from medeval_core.benchmark import BenchmarkError, ScoreParams
-from medeval_core.data import SOURCES
 from medeval_core.endpoints import EndpointCheck, check_roles
 from medeval_core.errors import StoreError
 from medeval_core.forms import FieldSpec, FormError, describe_validation_error, field_specs, form_variants
@@ -40,14 +39,13 @@ def _params_model(benchmark: str) -> type[BaseModel]:
 
 
 def variants(benchmark: str) -> list[str]:
-    """The kinds of run a benchmark's form offers (DDI: its stages); [] for a single form."""
+    """The kinds of run a benchmark's form offers (its stages); [] for a single form."""
     return form_variants(_params_model(benchmark))
 
 
 def data_folders(benchmark: str, settings: Settings) -> list[Path]:
     """The folders of the benchmark's data sources under the data directory."""
-    return [settings.data_dir / SOURCES[name].folder for name in registry.spec(benchmark).data_sources
-            if name in SOURCES]
+    return [source.folder_in(settings.data_dir) for source in registry.benchmark_sources(benchmark)]
 
 
 def form(benchmark: str, settings: Settings, variant: str | None = None) -> list[FieldSpec]:
@@ -108,7 +106,7 @@ class LaunchPlan(BaseModel):
     variant: str | None
     params: dict[str, Any]
     score_stages: list[ScoreParams] = []
-    """Score runs the worker does once the cases are done (DDI's judge), in order."""
+    """Score runs the worker does once the cases are done (a judge over the responses), in order."""
     roles: dict[str, BackendChoice]
     """The backends chosen for this run's roles (the run stores them with its settings)."""
     settings: dict[str, Any]
@@ -199,7 +197,7 @@ def launch(launch_plan: LaunchPlan, settings: Settings, label: str = "") -> Laun
 
 
 def stage_run_id(run_id: str, stage: ScoreParams, number: int) -> str:
-    """A planned score stage's run id: ``RUN-judge`` for a judge, as ``run ddi`` names it."""
+    """A planned score stage's run id: ``RUN-judge`` for a judge, as a benchmark's own ``run`` command names it."""
     suffix = "judge" if "judge" in stage.scorer else stage.scorer
     return f"{run_id}-{suffix}" if number == 1 else f"{run_id}-{suffix}-{number}"
 

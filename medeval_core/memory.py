@@ -1,4 +1,4 @@
-"""Building many small objects fast: the store's bulk reads, the summaries and the DDXPlus loader share this."""
+"""Building many small objects fast: the store's bulk reads, the summaries and large case loaders share this."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def long_lived(freeze: bool = False) -> Iterator[None]:
     """Pause the collector while a run's inputs are built (the KB, the patients, the cases: many objects that live
     as long as the run). With ``freeze``, everything alive at the end is moved out of the collector's reach
     (``gc.freeze``), so the run's collections never scan those objects again (a third of a second at 134,529
-    DDXPlus cases, once at the first collection and again at every later full one). Only for a process that does
+    cases, once at the first collection and again at every later full one). Only for a process that does
     one job and exits (the command line): a garbage cycle alive at that moment is never freed."""
     with gc_paused():
         try:

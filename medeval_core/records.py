@@ -37,7 +37,7 @@ class RunKind(StrEnum):
     BATCH = "batch"
     """Cases run by the batch runner; resumable and cancellable."""
     SESSION = "session"
-    """One case driven step by step from a page (a walkthrough, a lesion evaluation); never resumed by a runner."""
+    """One case driven step by step from a page (a walkthrough, one upload evaluated); never resumed by a runner."""
     SCORE = "score"
     """A scorer applied to a stored run's outputs (``source_run_id``)."""
 
@@ -56,7 +56,7 @@ C = TypeVar("C", bound=Case)
 class CaseList(Sequence[C], Generic[C]):
     """Cases whose ids are known before any case is built: the runner queues and claims ids and builds a case only
     when it runs it. A benchmark with many cases returns one from ``cases`` so that a run starts without building
-    every case first (DDXPlus's 134,529 patients cost about half a second as objects)."""
+    every case first (134,529 patients cost about half a second as objects)."""
 
     def __init__(self, ids: Sequence[str], build: Callable[[int], C]) -> None:
         """``build(i)``: the case at position ``i``, whose ``case_id`` is ``ids[i]``."""

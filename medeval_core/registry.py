@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from medeval_core.benchmark import Benchmark, BenchmarkError
+from medeval_core.data import DataSource
 
 
 class PageInfo(BaseModel):
@@ -53,7 +54,9 @@ class BenchmarkSpec(BaseModel):
     pages: tuple[PageInfo, ...] = ()
     model_roles: tuple[ModelRole, ...] = ()
     judges: tuple[str, ...] = ()
-    data_sources: tuple[str, ...] = ()
+    data_sources: tuple[DataSource | str, ...] = Field(
+        default=(), description="the data sources it reads: a DataSource it declares, or the name of one another "
+                                "benchmark declares")
 
 
 EXTRA_MODULES_ENV = "MEDEVAL_BENCHMARKS"
@@ -114,13 +117,52 @@ def pages() -> list[PageInfo]:
     return [page for item in specs().values() for page in item.pages]
 
 
+def _source_name(source: DataSource | str) -> str:
+    return source if isinstance(source, str) else source.name
+
+
 def data_sources() -> dict[str, list[str]]:
     """Data source name -> the benchmarks that read it."""
     sources: dict[str, list[str]] = {}
     for item in specs().values():
         for source in item.data_sources:
-            sources.setdefault(source, []).append(item.name)
+            sources.setdefault(_source_name(source), []).append(item.name)
     return sources
+
+
+def declared_sources() -> dict[str, DataSource]:
+    """Every data source a spec declares, by name; two specs may declare one source only identically."""
+    declared: dict[str, DataSource] = {}
+    for item in specs().values():
+        for source in item.data_sources:
+            if isinstance(source, str):
+                continue
+            if declared.setdefault(source.name, source) != source:
+                raise BenchmarkError(f"Two benchmarks declare the data source {source.name!r} differently; declare "
+                                     f"it in one spec and name it ({source.name!r}) in the other.")
+    fetched: dict[str, str] = {}
+    for source in declared.values():
+        if source.fetch and fetched.setdefault(source.fetch.name, source.name) != source.name:
+            raise BenchmarkError(f"The data sources {fetched[source.fetch.name]!r} and {source.name!r} are both "
+                                 f"fetched as `data fetch {source.fetch.name}`; give one of their FetchPlans another "
+                                 "name.")
+    return declared
+
+
+def benchmark_sources(name: str) -> list[DataSource]:
+    """The data sources the benchmark ``name`` reads; a source it names but no benchmark declares is an error."""
+    declared = declared_sources()
+    found = []
+    for source in spec(name).data_sources:
+        source_name = _source_name(source)
+        if source_name not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise BenchmarkError(
+                f"The benchmark {name!r} reads the data source {source_name!r}, which no benchmark declares (known: "
+                f"{known}); declare it in the spec's data_sources as a medeval_core.data.DataSource, or name a "
+                f"known one.")
+        found.append(declared[source_name])
+    return found
 
 
 def role_titles() -> dict[str, str]:

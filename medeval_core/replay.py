@@ -1,5 +1,5 @@
 """Replay files: one JSON line of recorded actions per case (``{"case_id", "actions": [...]}``), read and validated
-the same way for every benchmark whose agent can be replayed (MEDIQ experts, open-diagnosis doctors)."""
+the same way for every benchmark whose agent can be replayed (an expert's or a doctor's questions and answer)."""
 
 from __future__ import annotations
 

@@ -349,7 +349,7 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
 def run_score_stages(run_id: str, settings: Settings, store: Store, workers: int | None = None,
                      on_progress: ProgressCallback | None = None) -> list[RunReport]:
     """Execute the score runs stored as *pending* over ``run_id`` (the stages a launch planned after it, such as
-    DDI's judge): a launched run's worker does every stage of its plan."""
+    a judge over its responses): a launched run's worker does every stage of its plan."""
     return [score_run(run_id, ScoreParams.model_validate(row.config["params"]), settings, store, run_id=row.id,
                       workers=workers, on_progress=on_progress)
             for row in store.runs_scoring(run_id) if row.status == RunStatus.PENDING]
@@ -404,7 +404,7 @@ def summarize_repetitions(benchmark: Benchmark[Any, Any, Any], params: BaseModel
                           results: Sequence[CaseResult], summary: RunSummary) -> RunSummary:
     """``summary`` with, for a run of several repetitions, each repetition's headline metrics (the benchmark's
     own summary of that repetition's results alone) and every headline metric's spread across them (mean,
-    standard deviation, range), as the SkinGPT-R1 protocol reports runs over seeds."""
+    standard deviation, range), as protocols report runs over seeds."""
     repetitions = int(getattr(params, "repetitions", 1))
     if repetitions <= 1:
         return summary
@@ -506,7 +506,7 @@ def session_state(status: str, last_activity: datetime, now: datetime | None = N
 
 def last_activity(store: Store, row: RunRow) -> datetime:
     """A session's last step (its newest turn), else when it was opened. A batch run's turns are not read: only a
-    session's state depends on them, and the newest of a DDXPlus test-set run's 1.6 million turns took ~0.7 s of
+    session's state depends on them, and the newest of a 134,529-case run's 1.6 million turns took ~0.7 s of
     every opening and switch of run on the Batch runs page."""
     steps = store.last_turn_times([row.id]) if row.kind == RunKind.SESSION else {}
     return steps.get(row.id) or row.started_at or row.created_at

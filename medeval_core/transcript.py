@@ -16,10 +16,11 @@ from medeval_core.records import Turn
 # What a turn's payload calls the step itself, and what it calls the reply, across the benchmarks' turn shapes.
 SAID_KEYS = ("question", "questions", "request", "order", "test", "tests", "diagnosis", "differential", "choice")
 ANSWER_KEYS = ("answer", "text", "reply", "result", "results", "response")
-# Codes a payload carries beside their English text (DDXPlus: the evidence root and value codes).
+# Codes a payload carries beside their English text (e.g. an evidence's root and value codes).
 CODE_KEYS = frozenset({"root", "values", "provenance", "positive", "defaulted"})
 DIFFERENTIAL_FLOOR = 0.01
-"""Pathologies at or below this probability are left out of a differential table (DDXPlus's own cut-off)."""
+"""Pathologies at or below this probability are left out of a differential table (the cut-off the published
+differentials use)."""
 
 _PATIENT_ACTORS = ("patient", "gatekeeper", "environment", "simulator")
 

@@ -5,8 +5,8 @@ import streamlit as st
 
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError
+from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS
 from medeval_core.context import current_settings, current_store
-from medeval_core.metrics.ddxplus import METRIC_KEYS
 from medeval_core.plaintext import literal
 from medeval_core.session_controls import session_controls
 

@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 from medeval_core import launch
-from medeval_core.benchmark import ScoreParams
+from medeval_core.benchmark import BenchmarkError, ScoreParams
 from medeval_core.catalog import RUNS
 from medeval_core.context import current_settings, current_store
 from medeval_core.forms import FieldSpec
@@ -83,7 +83,11 @@ benchmarks = launch.launchable_benchmarks()
 benchmark = st.selectbox("Benchmark", list(benchmarks), format_func=benchmarks.get, key="launch_benchmark")
 variants = launch.variants(benchmark)
 variant = st.radio("Kind of run", variants, horizontal=True, key=f"launch_variant_{benchmark}") if variants else None
-specs = launch.form(benchmark, settings, variant)
+try:
+    specs = launch.form(benchmark, settings, variant)
+except BenchmarkError as exc:  # a benchmark whose spec cannot give a form (a data source no benchmark declares)
+    st.error(literal(str(exc)))
+    st.stop()
 
 
 def widget(spec: FieldSpec, key: str) -> object:

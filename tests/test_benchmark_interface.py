@@ -2,23 +2,30 @@
 stored whole, a --run-id with other parameters is refused, resume keeps the stored workers, score runs apply a
 scorer to a stored run, and group commit survives SIGKILL with exactly one result per case."""
 
+import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from medeval_core import registry, service
+from medeval_core import launch, registry, service
 from medeval_core.benchmark import BenchmarkError
 from medeval_core.catalog import pages
 from medeval_core.cli import build_parser, main
+from medeval_core.data import data_status
 from medeval_core.records import RunKind, RunStatus
 from medeval_core.runner import BatchRunner
 from medeval_core.settings import load_settings
@@ -43,6 +50,106 @@ def test_a_benchmark_outside_medeval_appears_in_run_pages_and_sidebar(toy: None)
     assert any(row.role == "counter" and row.used_by == "counting" for row in backends_status(load_settings()))
     by_source = {row.name: row.used_by for row in data_status_rows(load_settings())}
     assert "counting" in by_source["MEDIQ (iMedQA, iCraft-MD)"] and by_source["DDXPlus (English)"] == "ddxplus"
+
+
+@contextmanager
+def serving(folder: Path) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving ``folder``; yields its base URL."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's signature
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass(frozen=True)
+class OutsidePlugins:
+    """A folder outside the checkout on sys.path, holding a copy of the counting benchmark under its own name."""
+
+    folder: Path
+    counting: str
+
+    def add(self, name: str, update: str) -> str:
+        """Another plugin: the counting spec renamed ``name`` with ``update`` (a dict literal) applied; its module."""
+        module = f"{self.counting}_{name}"
+        (self.folder / f"{module}.py").write_text(
+            f"from {self.counting} import NUMBERS_SOURCE, SPEC as COUNTING\n"
+            f"SPEC = COUNTING.model_copy(update={{'name': {name!r}, 'cli': None, 'pages': (), **{update}}})\n")
+        return module
+
+
+@pytest.fixture
+def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> OutsidePlugins:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    counting = f"outside_{tmp_path.name}"  # a module name of this test's own
+    shutil.copy(REPO / "tests" / "support" / "counting_benchmark.py", folder / f"{counting}.py")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEDEVAL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", counting)
+    return OutsidePlugins(folder, counting)
+
+
+def test_a_plugin_outside_the_checkout_declares_a_data_source_and_a_command(
+        outside: OutsidePlugins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_store: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "status", "--json"]) == 0
+    sources = {s["source"]["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
+    assert sources["counting"]["state"] == "missing"
+    assert sources["counting"]["how_to_get"] == "run `python -m medeval_core data fetch counting`"
+    assert main(["count-numbers"]) == 2
+    assert "numbers.txt is missing" in capsys.readouterr().err
+
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "numbers.txt").write_text("1\n2\n3\n")
+    with serving(published) as base:
+        monkeypatch.setenv("MEDEVAL_COUNTING_API", base)
+        assert main(["data", "fetch", "counting"]) == 0
+    assert (tmp_path / "data" / "counting" / "numbers.txt").read_text() == "1\n2\n3\n"
+    assert "numbers.txt  6 bytes" in capsys.readouterr().out
+    assert main(["count-numbers"]) == 0
+    assert capsys.readouterr().out == "3 numbers, total 6\n"
+    by_source = {row.name: row for row in data_status_rows(load_settings())}
+    assert (by_source["Counting numbers (toy)"].state, by_source["Counting numbers (toy)"].used_by) == \
+        ("found", "counting")
+    assert launch.data_folders("counting", load_settings()) == [tmp_path / "data" / "counting",
+                                                                tmp_path / "data" / "mediq"]
+
+    assert main(["run", "counting", "--n-cases", "3", "--run-id", "p", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["counts"]["done"] == 3
+    assert main(["rescore", "p", "--scorer", "parity", "--run-id", "p-parity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["done"] == 3
+    assert registry.spec("counting").factory == f"{outside.counting}:CountingBenchmark"
+    assert Path(sys.modules[outside.counting].__file__ or "").parent == outside.folder
+
+
+def test_a_data_source_no_benchmark_declares_or_two_declare_apart_is_refused_with_what_to_do(
+        outside: OutsidePlugins, monkeypatch: pytest.MonkeyPatch) -> None:
+    misnamed = outside.add("misnamed", "{'data_sources': ('nowhere',)}")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", f"{outside.counting},{misnamed}")
+    with pytest.raises(BenchmarkError, match=r"reads the data source 'nowhere', which no benchmark declares .*"
+                                             r"declare it in the spec's data_sources"):
+        launch.data_folders("misnamed", load_settings())
+
+    conflict = outside.add("conflict", "{'data_sources': (NUMBERS_SOURCE.model_copy(update={'folder': 'other'}),)}")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", f"{outside.counting},{conflict}")
+    with pytest.raises(BenchmarkError, match="declare the data source 'counting' differently; declare it in one"):
+        data_status(load_settings().data_dir)
+
+    same_fetch = outside.add("samefetch", "{'data_sources': (NUMBERS_SOURCE.model_copy(update={'name': 'more'}),)}")
+    monkeypatch.setenv("MEDEVAL_BENCHMARKS", f"{outside.counting},{same_fetch}")
+    with pytest.raises(BenchmarkError, match="'counting' and 'more' are both fetched as `data fetch counting`"):
+        data_status(load_settings().data_dir)
 
 
 def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,22 +20,21 @@ from pathlib import Path
 import pytest
 
 from medeval_core import cli
+from medeval_core.benchmarks.ddi.sources import ddi_paths, lesion_images
+from medeval_core.benchmarks.ddxplus.sources import RELEASE_FILES as DDXPLUS_RELEASE_FILES
+from medeval_core.benchmarks.ddxplus.sources import ddxplus_paths
+from medeval_core.benchmarks.dynamicare.sources import agentclinic_paths
+from medeval_core.benchmarks.mediq.sources import mediq_paths
+from medeval_core.benchmarks.sdbench.sources import cms_prices_path
 from medeval_core.data import (
-    DDXPLUS_RELEASE_FILES,
     ChecksumError,
     DataMissingError,
     DownloadError,
     Endpoints,
     FetchProgress,
     RetryPolicy,
-    agentclinic_paths,
-    cms_prices_path,
     data_status,
-    ddi_paths,
-    ddxplus_paths,
     fetch,
-    lesion_images,
-    mediq_paths,
 )
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.02)

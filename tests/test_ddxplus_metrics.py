@@ -19,9 +19,16 @@ import numpy as np
 import pytest
 
 from medeval_core.benchmarks.ddxplus.kb import load_kb
+from medeval_core.benchmarks.ddxplus.metrics import (
+    METRIC_KEYS,
+    Entries,
+    GroundTruth,
+    pack_roots,
+    patient_metrics,
+    per_patient,
+)
 from medeval_core.benchmarks.ddxplus.patients import load_patients
 from medeval_core.benchmarks.ddxplus.scoring import PredictionFileError, read_predictions, score
-from medeval_core.metrics.ddxplus import METRIC_KEYS, Entries, GroundTruth, pack_roots, patient_metrics, per_patient
 from tests.ddxplus_fixtures import ddxplus_dir, sample_csv, write_patients
 
 THRESHOLD = 0.01

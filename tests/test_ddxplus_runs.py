@@ -21,8 +21,8 @@ from medeval_core import registry, service
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.benchmarks.ddxplus import benchmark as ddx_benchmark
 from medeval_core.benchmarks.ddxplus.benchmark import build_params
+from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS
 from medeval_core.context import current_settings, current_store
-from medeval_core.metrics.ddxplus import METRIC_KEYS
 from medeval_core.records import CaseStatus, RunConfig
 from tests.ddxplus_fixtures import sample_csv, write_patients
 

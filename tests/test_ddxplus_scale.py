@@ -21,6 +21,7 @@ import pytest
 from medeval_core.benchmarks.ddxplus import patients as patients_module
 from medeval_core.benchmarks.ddxplus import scoring as scoring_module
 from medeval_core.benchmarks.ddxplus.kb import load_kb
+from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS, patient_metrics
 from medeval_core.benchmarks.ddxplus.patients import load_patients
 from medeval_core.benchmarks.ddxplus.scoring import (
     PredictionBuilder,
@@ -29,7 +30,6 @@ from medeval_core.benchmarks.ddxplus.scoring import (
     read_predictions,
     score,
 )
-from medeval_core.metrics.ddxplus import METRIC_KEYS, patient_metrics
 from tests.ddxplus_fixtures import ddxplus_dir, hard_number_texts, sample_csv
 
 COPIES = 4

@@ -15,6 +15,7 @@ import pytest
 
 from medeval_core import icd9
 from medeval_core.backends.chat import OpenAIChatBackend, ReplyFormatError
+from medeval_core.benchmarks.dynamicare.hitk import case_metrics, hit_rec_at, matched
 from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_methods, mapped_truth_note, score_files
 from medeval_core.icd9_vocabulary import (
     gem_icd10_to_icd9,
@@ -23,7 +24,6 @@ from medeval_core.icd9_vocabulary import (
     term,
     unspecified_descendant,
 )
-from medeval_core.metrics.hitk import case_metrics, hit_rec_at, matched
 from tests.fake_openai import FakeOpenAI, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@ its dialogue, and blinding (every run id, label and model name of the runs invol
 
 Dialogues are read from the generic turns table: a simulated patient's reply is a turn whose payload has the one
 patient-turn shape (``interaction.PatientTurn``: the ``question`` answered and the ``answer``), which every dialogue
-benchmark records (DDXPlus, MEDIQ, DynamiCare, SDBench's gatekeeper); older stored shapes are read too.
+benchmark records (a simulated patient's answers, a gatekeeper's results); older stored shapes are read too.
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ def system_name(run: RunRow) -> str:
 
 
 def run_title(run: RunRow) -> str:
-    """What the results page calls a run: its label and its model or agent (default labels such as "DDI open:
-    model run" are the same for every model); the id only when it has neither."""
+    """What the results page calls a run: its label and its model or agent (a benchmark's default label is the
+    same for every model); the id only when it has neither."""
     named = _model_or_agent(run)
     parts = [run.label] if run.label else []
     if named and named not in run.label:

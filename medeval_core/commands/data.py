@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, get_args, get_origin
 
 from medeval_core.cli import CommandError, CommandGroups, print_json
 from medeval_core.data import (
-    DEFAULT_ISIC_IDS,
-    FETCHABLE,
     DataError,
     FetchProgress,
     SourceStatus,
     data_status,
     fetch,
-    validate_isic_ids,
+    fetch_options,
+    fetch_options_model,
+    fetch_plans,
 )
 from medeval_core.settings import load_settings
 
@@ -38,13 +39,45 @@ def register(groups: CommandGroups) -> None:
         description="Download a public release into its folder under the data directory, checking sizes and "
         "checksums; files already present and intact are kept, so an interrupted fetch can simply be rerun.",
     )
-    fetch_parser.add_argument("name", choices=FETCHABLE, help="the release to download")
+    plans = fetch_plans()
+    fetch_parser.add_argument("name", choices=sorted(plans), help="the release to download")
     fetch_parser.add_argument("--dest", type=Path, default=None, metavar="DIR",
                               help="data directory to fill (default: MEDEVAL_DATA_DIR)")
-    fetch_parser.add_argument("--isic-ids", default=",".join(DEFAULT_ISIC_IDS), metavar="IDS",
-                              help="comma-separated ISIC image ids for `fetch isic` (default: %(default)s)")
+    offered: set[str] = set()
+    for name, source in plans.items():
+        assert source.fetch is not None  # every source of fetch_plans() has one
+        options = fetch_options_model(source.fetch)
+        for field, info in (options.model_fields if options else {}).items():
+            if field in offered:  # two plans with an option of the same name share its flag
+                continue
+            offered.add(field)
+            listed = _is_list(info.annotation)
+            default = ",".join(info.default) if listed else info.default
+            fetch_parser.add_argument(
+                f"--{field.replace('_', '-')}", dest=field, metavar=field.upper(),
+                help=f"{info.description or field}" + (", comma-separated" if listed else "")
+                + f", for `data fetch {name}` (default: {default})")
     fetch_parser.add_argument("--json", action="store_true", help="print the report as JSON")
     fetch_parser.set_defaults(handler=_fetch)
+
+
+def _is_list(annotation: Any) -> bool:
+    """Whether a fetch option holds several values (given on the command line separated by commas)."""
+    return get_origin(annotation) in (tuple, list) or any(get_origin(arg) in (tuple, list)
+                                                          for arg in get_args(annotation))
+
+
+def _fetch_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of the chosen source's plan given on the command line, lists split at commas."""
+    plan = fetch_plans()[args.name].fetch
+    options = fetch_options_model(plan) if plan else None
+    given = {}
+    for field, info in (options.model_fields if options else {}).items():
+        value = getattr(args, field, None)
+        if value is not None:
+            given[field] = [part.strip() for part in value.split(",") if part.strip()] if _is_list(info.annotation) \
+                else value
+    return given
 
 
 def _describe(status: SourceStatus) -> list[str]:
@@ -89,14 +122,15 @@ class _ProgressPrinter:
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    options = _fetch_options(args)
     try:
-        isic_ids = validate_isic_ids(i.strip() for i in args.isic_ids.split(",") if i.strip())
+        fetch_options(args.name, options)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     data_dir = (args.dest or load_settings().data_dir).resolve()
     print(f"Fetching {args.name} into {data_dir}", file=sys.stderr)
     try:
-        report = fetch(args.name, data_dir, isic_ids=isic_ids, on_progress=_ProgressPrinter())
+        report = fetch(args.name, data_dir, on_progress=_ProgressPrinter(), **options)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -59,10 +59,10 @@ def register(groups: CommandGroups) -> None:
     export.set_defaults(handler=_export)
     add_report_command(runs)
 
-    close = runs.add_parser("close", help="close an open walkthrough or lesion session (it stays listed as closed)")
+    close = runs.add_parser("close", help="close an open interactive session (it stays listed as closed)")
     close.add_argument("run_id")
     close.set_defaults(handler=_close_session)
-    delete = runs.add_parser("delete", help="delete a walkthrough or lesion session and all it recorded")
+    delete = runs.add_parser("delete", help="delete an interactive session and all it recorded")
     delete.add_argument("run_id")
     delete.set_defaults(handler=_delete_session)
 
@@ -77,7 +77,7 @@ def register(groups: CommandGroups) -> None:
         "rescore", help="apply a scorer to a stored run's outputs, as a score run of its own (a judge, re-costing, "
                         "a second judge beside the first)")
     rescore.add_argument("source_run_id", help="the run whose outputs are scored")
-    rescore.add_argument("--scorer", required=True, help="the benchmark's scorer name, e.g. ddi-judge")
+    rescore.add_argument("--scorer", required=True, help="the name of one of the benchmark's scorers")
     rescore.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="a scorer option (VALUE is read as JSON when it parses, else as text); repeatable")
     rescore.add_argument("--workers", type=int, default=1, help="cases scored at once")

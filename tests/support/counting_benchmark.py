@@ -1,5 +1,9 @@
 """A toy benchmark that plugs in through its spec alone (``MEDEVAL_BENCHMARKS=tests.support.counting_benchmark``):
-N cases, each sleeping a little and scoring its own index; a ``parity`` scorer for score runs.
+N cases, each sleeping a little and scoring its own index; a ``parity`` scorer for score runs. It declares a data
+source of its own (``counting/numbers.txt``, downloaded by ``data fetch counting`` from ``MEDEVAL_COUNTING_API``)
+and a command of its own (``count-numbers``, which reads that source), and it names the MEDIQ source another
+benchmark declares. It imports nothing from the checkout but ``medeval_core``, and names itself by ``__name__``, so
+a copy under another module name outside the checkout plugs in the same way.
 
 Run as a script it starts or resumes a run, so a test can SIGKILL the process mid-run:
     python -m tests.support.counting_benchmark DB_URL RUN_ID N_CASES SLEEP_S [WORKERS]
@@ -7,6 +11,7 @@ Run as a script it starts or resumes a run, so a test can SIGKILL the process mi
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -27,18 +32,68 @@ from medeval_core.benchmark import (
     Scorer,
     Solver,
 )
+from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups
+from medeval_core.data import (
+    DataMissingError,
+    DataSource,
+    Fetcher,
+    FetchPlan,
+    Planned,
+    RemoteFile,
+    Requirement,
+    Service,
+    require,
+)
 from medeval_core.records import Case, CaseResult
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
-from medeval_core.settings import Settings
+from medeval_core.settings import Settings, load_settings
+
+NUMBERS = "numbers.txt"
+NUMBERS_SERVICE = Service(key="counting_api", env="MEDEVAL_COUNTING_API", default="http://127.0.0.1:9/counting")
+
+NUMBERS_SOURCE = DataSource(
+    name="counting", folder="counting", title="Counting numbers (toy)",
+    description="One whole number a line, for the count-numbers command.", licence="CC0 (made up for tests)",
+    required=(Requirement(label=NUMBERS, patterns=(NUMBERS,)),),
+    fetch=FetchPlan(name="counting", plan=f"{__name__}:fetch_numbers", services=(NUMBERS_SERVICE,)),
+)
 
 SPEC = BenchmarkSpec(
     name="counting", title="Counting (toy)", description="A toy benchmark for tests: each case scores its index.",
-    factory="tests.support.counting_benchmark:CountingBenchmark",
+    factory=f"{__name__}:CountingBenchmark",
+    cli=f"{__name__}:CLI",
     pages=(PageInfo(path="tests/support/counting_page.py", title="Counting", icon=":material/counter_1:",
                     section="Benchmarks", url_path="counting", description="The toy benchmark's page."),),
     model_roles=(ModelRole(name="counter", description="counts (toy role)"),),
-    data_sources=("mediq",),
+    data_sources=(NUMBERS_SOURCE, "mediq"),
 )
+
+
+def fetch_numbers(fetcher: Fetcher, options: None) -> Planned:
+    """The data source's fetch plan: one file, its size from a HEAD request."""
+    url = f"{fetcher.base_url(NUMBERS_SERVICE)}/{NUMBERS}"
+    return "the counting service", [RemoteFile(name=NUMBERS, url=url, size=fetcher.head_size(url), licence="CC0")]
+
+
+class CountingCli(BenchmarkCli):
+    """``run counting`` keeps the options generated from the params; ``count-numbers`` is the benchmark's own."""
+
+    def register(self, groups: CommandGroups) -> None:
+        parser = groups.top.add_parser("count-numbers", help="sum the toy benchmark's numbers (its data source)")
+        parser.set_defaults(handler=_count_numbers)
+
+
+def _count_numbers(args: argparse.Namespace) -> int:
+    try:
+        path = require(NUMBERS_SOURCE, load_settings().data_dir, NUMBERS, (NUMBERS,))
+    except DataMissingError as exc:
+        raise CommandError(str(exc)) from exc
+    numbers = [int(line) for line in path.read_text().split()]
+    print(f"{len(numbers)} numbers, total {sum(numbers)}")
+    return 0
+
+
+CLI = CountingCli("counting")
 
 
 class CountingParams(RunParams):
@@ -123,7 +178,6 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
 
 def main(db_url: str, run_id: str, n_cases: int, sleep_s: float, workers: int = 2) -> None:
     from medeval_core import service
-    from medeval_core.settings import load_settings
     from medeval_core.store import Store
 
     os.environ.setdefault("MEDEVAL_BENCHMARKS", __name__.replace("__main__", "tests.support.counting_benchmark"))

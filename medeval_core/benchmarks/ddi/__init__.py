@@ -3,10 +3,12 @@
 This module is the benchmark's light spec only. ``cases`` loads images and references, ``images`` validates image
 files, ``tasks`` builds the prompts and maps classification answers to labels, ``params`` holds a run's stages,
 ``benchmark`` implements the interfaces (model and responses runs, the judge and exact-label scorers), ``summary``
-summarises a run, ``interactive`` serves the lesion page (a session per evaluation) and ``cli`` adds the
-``run ddi`` options and ``judge ddi``.
+summarises a run, ``interactive`` serves the lesion page (a session per evaluation), ``sources`` declares the DDI
+and ISIC data sources, ``reported`` recomputes the document's reported figures from their counts, and ``cli`` adds
+the ``run ddi`` options, ``judge ddi`` and ``check-reported`` (``reported_cli``).
 """
 
+from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
 SPEC = BenchmarkSpec(
@@ -34,5 +36,5 @@ SPEC = BenchmarkSpec(
                               "when none is configured)"),
     ),
     judges=("ddi-llm", "offline-rules"),
-    data_sources=("ddi", "lesions"),
+    data_sources=(DDI, LESIONS),
 )

@@ -45,6 +45,7 @@ from medeval_core.benchmark import (
 from medeval_core.benchmarks.ddi.cases import DDI_METADATA, SKIN_TONES, CaseSourceError, DdiCase, load_cases
 from medeval_core.benchmarks.ddi.images import describe_refusals, load_image_file, refused_images
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
+from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
 from medeval_core.files import undecodable_line
@@ -79,8 +80,8 @@ def check_references(cases: Sequence[DdiCase], labels: Sequence[str]) -> None:
 def default_images_dir(settings: Settings) -> Path:
     """The DDI folder when its metadata is there, else the shared lesion images (which always ship), so the form
     never starts from a folder that does not exist."""
-    ddi = settings.data_dir / "ddi"
-    return ddi if (ddi / DDI_METADATA).is_file() else settings.data_dir / "lesions"
+    ddi = DDI.folder_in(settings.data_dir)
+    return ddi if (ddi / DDI_METADATA).is_file() else LESIONS.folder_in(settings.data_dir)
 
 
 class ResponseLine(BaseModel):

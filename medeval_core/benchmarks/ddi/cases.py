@@ -16,10 +16,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from medeval_core.benchmark import BenchmarkError
+from medeval_core.benchmarks.ddi.sources import METADATA as DDI_METADATA
 from medeval_core.files import read_csv_rows
 from medeval_core.records import Case
 
-DDI_METADATA = "ddi_metadata.csv"
 DDI_COLUMNS = ("DDI_ID", "DDI_file", "skin_tone", "malignant", "disease")
 SKIN_TONES = (12, 34, 56)
 IMAGE_COLUMN_GUESSES = ("DDI_file", "image", "image_path", "file", "filename", "path")

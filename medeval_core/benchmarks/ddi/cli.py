@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medeval_core.benchmark import RunSummary
+from medeval_core.benchmarks.ddi import reported_cli
 from medeval_core.cli import (
     BenchmarkCli,
     CommandError,
@@ -98,6 +99,7 @@ class DdiCli(BenchmarkCli):
         judge.add_argument("--label", default="", help="free text shown in run lists")
         judge.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
         judge.set_defaults(handler=self._judge_command)
+        reported_cli.register(groups)
 
     # run ddi -------------------------------------------------------------------------------------------------
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medeval_core.benchmarks.ddxplus.sources import SAMPLE_PATIENTS, SOURCE
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
-DATA_SUBDIR = "ddxplus"
-SAMPLE_PATIENTS = "patients_sample_en.csv"
+__all__ = ["SAMPLE_PATIENTS", "SPEC", "default_kb_dir"]
 
 
 def default_kb_dir(data_dir: Path) -> Path:
     """Where the KB files live under the data folder (``MEDEVAL_DATA_DIR``)."""
-    return Path(data_dir) / DATA_SUBDIR
+    return SOURCE.folder_in(data_dir)
 
 
 SPEC = BenchmarkSpec(
@@ -35,5 +35,5 @@ SPEC = BenchmarkSpec(
     ),),
     model_roles=(ModelRole(name="chat", title="Chat agent model",
                            description="the chat model of the DDXPlus LLM agent (--agent llm)"),),
-    data_sources=("ddxplus",),
+    data_sources=(SOURCE,),
 )

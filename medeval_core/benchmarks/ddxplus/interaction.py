@@ -24,11 +24,11 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field, PrivateAttr
 
 from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
+from medeval_core.benchmarks.ddxplus import metrics as ddx_metrics
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, Language, root_of
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer, PatientSimulator
 from medeval_core.interaction import Episode, EpisodeError, Limits, PatientTurn, Step
-from medeval_core.metrics import ddxplus as ddx_metrics
 
 __all__ = [
     "MAX_QUESTIONS", "Ask", "Consultation", "DDXPlusOutput", "Diagnose", "EpisodeError", "Intake",

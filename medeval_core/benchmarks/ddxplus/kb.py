@@ -176,7 +176,7 @@ class KnowledgeBase:
     def tie_rank(self) -> np.ndarray:
         """Each pathology's index in the official code: its key's position in the sorted keys of
         release_conditions.json (mila-iqia/ddxplus ``sim_utils.load_and_check_data``), which decides among equal
-        top masses (``medeval_core.metrics.ddxplus.official_top``)."""
+        top masses (``medeval_core.benchmarks.ddxplus.metrics.official_top``)."""
         ordered = {name: rank for rank, name in enumerate(sorted(self.pathology_names))}
         return np.asarray([ordered[name] for name in self.pathology_names], dtype=np.int64)
 

@@ -34,10 +34,10 @@ from medeval_core.benchmarks.ddxplus.interaction import (
 )
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb, root_of
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, Suggestion
+from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS, THRESHOLD
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import metric_unit
-from medeval_core.metrics.ddxplus import METRIC_KEYS, THRESHOLD
 from medeval_core.records import CaseOutcome, CaseResult, Turn
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings

@@ -7,6 +7,7 @@ This module holds the spec only (light); ``benchmark.py`` is imported when a run
 
 from __future__ import annotations
 
+from medeval_core.benchmarks.dynamicare.sources import AGENTCLINIC
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
 SPEC = BenchmarkSpec(
@@ -26,5 +27,5 @@ SPEC = BenchmarkSpec(
                            description="the open-diagnosis LLM doctor and the DynamiCare team"),
                  ModelRole(name="coder", title="ICD-9 coder",
                            description="the ICD-9 mapper's choice within the shortlist (--mapper llm)")),
-    data_sources=("agentclinic",),
+    data_sources=(AGENTCLINIC,),
 )

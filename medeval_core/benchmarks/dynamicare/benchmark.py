@@ -37,7 +37,7 @@ from medeval_core.benchmarks.dynamicare.scoring import (
     mapped_truth_note,
 )
 from medeval_core.benchmarks.mediq.benchmark import chat_backend, role_models
-from medeval_core.benchmarks.mediq.patients import MediqPatient
+from medeval_core.dialogue import Patient
 from medeval_core.icd9 import Icd9Mapper, make_mapper
 from medeval_core.records import CaseResult
 from medeval_core.settings import Settings
@@ -55,7 +55,7 @@ class DynamicareSolver:
         self.params = params
         self.actions = actions
 
-    def patient(self, record: PatientRecord, ctx: CaseContext) -> MediqPatient:
+    def patient(self, record: PatientRecord, ctx: CaseContext) -> Patient:
         if self.params.patient == "llm":
             return LLMRecordPatient(record, ctx.model("patient"))
         return RecordRetrievalPatient(record, threshold=self.params.field_threshold,

@@ -133,8 +133,9 @@ def _score_hitk(args: argparse.Namespace) -> int:
 def _sources(args: argparse.Namespace) -> list[tuple[str, Path]]:
     if args.input:
         return [(f"agentclinic-{path.stem}", path) for path in args.input]
+    from medeval_core.benchmarks.dynamicare.sources import agentclinic_paths
     from medeval_core.context import current_settings
-    from medeval_core.data import DataError, agentclinic_paths
+    from medeval_core.data import DataError
 
     try:
         paths = agentclinic_paths(current_settings().data_dir)

@@ -3,7 +3,7 @@
 default; a question that starts "REQUEST TEST:" goes to the test channel, as in AgentClinic, and is answered from
 the measurements, never by the patient), then gives up to 10 ranked diagnoses, which are
 mapped to ICD-9 (codes pass through; names through the mapper; a person may correct a mapping) and scored with
-Hit@K / Rec@K on the categories (``medeval_core.icd9.category``, ``medeval_core.metrics.hitk``)."""
+Hit@K / Rec@K on the categories (``medeval_core.icd9.category``, ``medeval_core.benchmarks.dynamicare.hitk``)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ from pydantic import BaseModel, Field
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.dynamicare.cases import PatientRecord
 from medeval_core.benchmarks.dynamicare.doctors import MAX_DIAGNOSES, Doctor, DoctorView
+from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics, matched
 from medeval_core.benchmarks.dynamicare.patients import MeasurementReader
-from medeval_core.benchmarks.mediq.interaction import Reply
-from medeval_core.benchmarks.mediq.patients import MediqPatient
+from medeval_core.dialogue import Patient, Reply
 from medeval_core.icd9 import Icd9Mapper, Icd9Mapping, category, lookup, normalise_code
 from medeval_core.interaction import Episode, EpisodeError, Limits, Step
-from medeval_core.metrics.hitk import KS, case_metrics, matched
 
 DEFAULT_MAX_QUESTIONS = 10
 START_ACTOR = "patient"
@@ -116,9 +115,9 @@ def verdict_of(record: PatientRecord, diagnoses: list[MappedDiagnosis], forced: 
 
 
 class Consultation:
-    def __init__(self, record: PatientRecord, patient: MediqPatient, mapper: Icd9Mapper,
+    def __init__(self, record: PatientRecord, patient: Patient, mapper: Icd9Mapper,
                  ctx: CaseContext | None = None, max_questions: int = DEFAULT_MAX_QUESTIONS,
-                 measurements: MediqPatient | None = None) -> None:
+                 measurements: Patient | None = None) -> None:
         self.record = record
         self.patient = patient
         self._measurements = measurements
@@ -129,7 +128,7 @@ class Consultation:
         self.verdict: Verdict | None = None
 
     @property
-    def measurements(self) -> MediqPatient:
+    def measurements(self) -> Patient:
         """The test channel, built at the first test request (its encoder index costs time)."""
         if self._measurements is None:
             self._measurements = MeasurementReader(self.record)
@@ -195,7 +194,7 @@ def open_episode(consultation: Consultation, ctx: CaseContext, record_start: boo
                    record_start=record_start)
 
 
-def consult(doctor: Doctor, record: PatientRecord, patient: MediqPatient, mapper: Icd9Mapper, ctx: CaseContext,
+def consult(doctor: Doctor, record: PatientRecord, patient: Patient, mapper: Icd9Mapper, ctx: CaseContext,
             max_questions: int = DEFAULT_MAX_QUESTIONS) -> DynamicareOutput:
     consultation = Consultation(record, patient, mapper, ctx, max_questions)
     episode = open_episode(consultation, ctx)

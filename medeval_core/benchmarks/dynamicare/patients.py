@@ -21,7 +21,7 @@ from typing import Any
 from medeval_core.backends.chat import ChatBackend, Message
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.dynamicare.cases import PatientRecord
-from medeval_core.benchmarks.mediq.patients import PatientAnswer
+from medeval_core.dialogue import PatientAnswer
 from medeval_core.prompts import fill, load_prompt
 
 UNKNOWN = "I don't know."

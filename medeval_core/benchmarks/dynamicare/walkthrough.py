@@ -34,7 +34,7 @@ from medeval_core.benchmarks.dynamicare.interaction import (
 from medeval_core.benchmarks.dynamicare.params import DynamicareParams
 from medeval_core.benchmarks.dynamicare.patients import RecordRetrievalPatient
 from medeval_core.benchmarks.dynamicare.scoring import METRIC_NAMES, headline
-from medeval_core.benchmarks.mediq.interaction import Reply
+from medeval_core.dialogue import Reply
 from medeval_core.icd9 import Icd9Mapper, make_mapper
 from medeval_core.records import CaseOutcome, CaseResult
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
@@ -46,7 +46,8 @@ ACTOR: Literal["person"] = "person"
 
 
 def source_file(settings: Settings) -> Path:
-    from medeval_core.data import DataError, agentclinic_paths
+    from medeval_core.benchmarks.dynamicare.sources import agentclinic_paths
+    from medeval_core.data import DataError
 
     try:
         return agentclinic_paths(settings.data_dir).medqa

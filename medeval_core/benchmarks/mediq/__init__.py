@@ -6,6 +6,7 @@ This module holds the spec only (light); ``benchmark.py`` is imported when a run
 
 from __future__ import annotations
 
+from medeval_core.benchmarks.mediq.sources import SOURCE
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
 SPEC = BenchmarkSpec(
@@ -26,5 +27,5 @@ SPEC = BenchmarkSpec(
                  ModelRole(name="patient", title="Simulated patient",
                            description="the LLM patient of MEDIQ and open diagnosis "
                                        "(--patient llm)")),
-    data_sources=("mediq",),
+    data_sources=(SOURCE,),
 )

@@ -22,8 +22,9 @@ from medeval_core.benchmarks.mediq.experts import (
 )
 from medeval_core.benchmarks.mediq.interaction import MediqOutput, consult
 from medeval_core.benchmarks.mediq.params import MediqParams
-from medeval_core.benchmarks.mediq.patients import FactSelectPatient, LLMPatient, MediqPatient
+from medeval_core.benchmarks.mediq.patients import FactSelectPatient, LLMPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.dialogue import Patient
 from medeval_core.records import CaseResult
 from medeval_core.settings import BackendChoice, Settings
 
@@ -64,7 +65,7 @@ class MediqSolver:
         self.params = params
         self.actions = actions
 
-    def patient(self, case: MediqCase, ctx: CaseContext) -> MediqPatient:
+    def patient(self, case: MediqCase, ctx: CaseContext) -> Patient:
         if self.params.patient == "llm":
             return LLMPatient(case, ctx.model("patient"), withhold_answer_facts=self.params.withhold_answer_facts)
         return FactSelectPatient(case, threshold=self.params.fact_threshold, max_facts=self.params.max_facts,

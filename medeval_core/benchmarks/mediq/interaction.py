@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.mediq.cases import MediqCase
 from medeval_core.benchmarks.mediq.experts import Expert, ExpertView, ReplayExpert
-from medeval_core.benchmarks.mediq.patients import MediqPatient, PatientAnswer
-from medeval_core.interaction import Episode, EpisodeError, Limits, PatientTurn, Step
+from medeval_core.dialogue import Patient, Reply
+from medeval_core.interaction import Episode, EpisodeError, Limits, Step
 
 DEFAULT_MAX_QUESTIONS = 10
 START_ACTOR = "patient"
@@ -39,20 +39,6 @@ class Intake(BaseModel):
     initial_info: str
     question: str
     options: dict[str, str]
-
-
-class Reply(PatientTurn):
-    """The patient's answer to one question, as stored in the turn: the core's patient turn with the facts it used
-    (``PatientAnswer``'s provenance)."""
-
-    facts: list[int] = Field(default_factory=list, description="0-based positions of the facts used")
-    refused: bool = False
-    similarities: list[float] = Field(default_factory=list, description="offline: each used fact's similarity")
-
-    @classmethod
-    def of(cls, question: str, answer: PatientAnswer) -> Reply:
-        return cls(question=question, answer=answer.text, facts=answer.facts, refused=answer.refused,
-                   similarities=answer.similarities)
 
 
 class Verdict(BaseModel):
@@ -83,7 +69,7 @@ class MediqOutput(BaseModel):
 class Consultation:
     """The MEDIQ environment: one case, one patient system, a question budget."""
 
-    def __init__(self, case: MediqCase, patient: MediqPatient, ctx: CaseContext | None = None,
+    def __init__(self, case: MediqCase, patient: Patient, ctx: CaseContext | None = None,
                  max_questions: int = DEFAULT_MAX_QUESTIONS) -> None:
         self.case = case
         self.patient = patient
@@ -154,7 +140,7 @@ def open_episode(consultation: Consultation, ctx: CaseContext, record_start: boo
                    record_start=record_start)
 
 
-def consult(expert: Expert, case: MediqCase, patient: MediqPatient, ctx: CaseContext,
+def consult(expert: Expert, case: MediqCase, patient: Patient, ctx: CaseContext,
             max_questions: int = DEFAULT_MAX_QUESTIONS, baseline: bool = True) -> MediqOutput:
     """Let ``expert`` question ``patient`` on ``case`` through the core episode; with ``baseline``, also ask the
     same expert for its choice on the initial information alone."""

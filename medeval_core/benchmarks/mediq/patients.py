@@ -1,4 +1,5 @@
-"""MEDIQ patient systems behind one interface: each answers a question from the case's own atomic facts only.
+"""MEDIQ patient systems behind the shared patient interface (``medeval_core.dialogue.Patient``): each answers a
+question from the case's own atomic facts only.
 
 - ``FactSelectPatient`` (offline, the default): the facts most similar to the question (all-MiniLM-L6-v2,
   ``medeval_core.embeddings``) at or above a threshold, at most ``max_facts``, returned verbatim in the file's
@@ -17,13 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any
 
 from medeval_core.backends.chat import ChatBackend, Message, ask_until_valid, json_object
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.mediq.cases import MediqCase
+from medeval_core.dialogue import PatientAnswer
 from medeval_core.prompts import fill, load_prompt
 
 if TYPE_CHECKING:
@@ -33,21 +33,6 @@ REFUSAL = "The patient cannot answer this question, please do not ask this quest
 DEFAULT_THRESHOLD = 0.35
 DEFAULT_MAX_FACTS = 3
 PATIENT_PROMPT_VERSION = "mediq-patient-v1"
-
-
-class PatientAnswer(BaseModel):
-    text: str
-    facts: list[int] = Field(default_factory=list, description="0-based positions of the facts used")
-    refused: bool = False
-    similarities: list[float] = Field(default_factory=list, description="offline: each used fact's similarity")
-
-
-class MediqPatient(Protocol):
-    name: str
-
-    def answer(self, question: str, ctx: CaseContext | None = None) -> PatientAnswer: ...
-
-    def describe(self) -> dict[str, Any]: ...
 
 
 def _phrase(text: str) -> str:

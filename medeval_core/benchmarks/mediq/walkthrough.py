@@ -24,13 +24,13 @@ from medeval_core.benchmarks.mediq.interaction import (
     Choose,
     Consultation,
     MediqOutput,
-    Reply,
     consult,
     open_episode,
 )
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.dialogue import Reply
 from medeval_core.records import CaseOutcome, CaseResult
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
@@ -47,7 +47,8 @@ _lock = threading.Lock()
 
 def dataset(settings: Settings, name: str) -> MediqCases:
     """The cases of ``name`` under the data folder (loaded once per process)."""
-    from medeval_core.data import DataError, mediq_paths
+    from medeval_core.benchmarks.mediq.sources import mediq_paths
+    from medeval_core.data import DataError
 
     try:
         path = mediq_paths(settings.data_dir, name)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ app start fast; ``benchmark.py`` is imported when an SDBench run is built.
 
 from __future__ import annotations
 
+from medeval_core.benchmarks.sdbench.sources import CASES, COSTING
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
 GATEKEEPER_ROLE = "gatekeeper"
@@ -40,5 +41,6 @@ SPEC = BenchmarkSpec(
                   description="estimates the price of tests the alias table cannot map"),
     ),
     judges=("sdbench-llm-judge", "sdbench-offline-judge"),
-    data_sources=("agentclinic", "costing", "sdbench"),
+    # The AgentClinic cases are declared by the open-diagnosis benchmark, which reads them too.
+    data_sources=("agentclinic", COSTING, CASES),
 )

@@ -407,7 +407,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
     def scorer(self, name: str, options: Mapping[str, Any],
                settings: Settings) -> Scorer[SDBenchCase, SDBenchOutput]:
         if name == COST_SCORER:
-            from medeval_core.data import cms_prices_path
+            from medeval_core.benchmarks.sdbench.sources import cms_prices_path
 
             prices = options.get("prices") or str(cms_prices_path(settings.data_dir))
             try:
@@ -536,7 +536,8 @@ def _mean_metric(name: str, values: Sequence[float], denominator: str, method: s
 
 
 def default_prices(settings: Settings) -> Path:
-    from medeval_core.data import DataError, cms_prices_path
+    from medeval_core.benchmarks.sdbench.sources import cms_prices_path
+    from medeval_core.data import DataError
 
     try:
         return cms_prices_path(settings.data_dir)

@@ -95,9 +95,12 @@ class SDBenchCli(BenchmarkCli):
             max_cost=args.max_cost, model_args=_json_object(args.model_args, "--model-args"), models=models,
             repetitions=args.repetitions or 1, **({"workers": args.workers} if args.workers else {}))
 
+    def register(self, groups: CommandGroups) -> None:
+        register(groups)
+
 
 def register(groups: CommandGroups) -> None:
-    """``cases import`` and ``recost`` (registered through ``medeval_core.cli.COMMAND_MODULES``)."""
+    """``cases import`` and ``recost`` (registered by ``SDBenchCli.register``)."""
     cases = groups.top.add_parser("cases", help="convert case files into the SDBench case format").add_subparsers(
         dest="cases_command", required=True, metavar="ACTION")
     importer = cases.add_parser(

@@ -20,7 +20,7 @@ def register(groups: CommandGroups) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from medeval_core.reported import check_reported, parse_counts  # scipy: imported only when used
+    from medeval_core.benchmarks.ddi.reported import check_reported, parse_counts  # scipy: imported only when used
 
     try:
         extra = [parse_counts(text) for text in args.wilson]
