@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from medeval_core.judges.ddi import DdiJudgeItem  # noqa: E402
+from medeval_core.benchmarks.ddi.judge import DdiJudgeItem  # noqa: E402
 from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens  # noqa: E402
 from medeval_core.settings import Settings, load_settings  # noqa: E402
 from tests.fake_openai import FakeOpenAI, verdict_reply  # noqa: E402

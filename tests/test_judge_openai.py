@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core.judges.ddi import DdiJudgeItem, JudgeError, make_ddi_judge
+from medeval_core.benchmarks.ddi.judge import DdiJudgeItem, JudgeError, make_ddi_judge
 from medeval_core.judges.openai_judge import InvalidVerdictError, OpenAIDdiJudge, estimate_tokens, parse_verdict
 from medeval_core.prompts import load_prompt
 from medeval_core.records import CaseStatus, RunConfig

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from medeval_core.judges.ddi import AttemptCallback, CallCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt
+from medeval_core.benchmarks.ddi.judge import AttemptCallback, CallCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt
 from medeval_core.prompts import load_json, prompt_path
 from medeval_core.settings import Settings, fingerprint
 

@@ -20,8 +20,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from medeval_core.backends.openai_client import status_error_text
 from medeval_core.benchmark import messages_sha256
-from medeval_core.files import json_value
-from medeval_core.judges.ddi import (
+from medeval_core.benchmarks.ddi.judge import (
     AttemptCallback,
     CallCallback,
     DdiJudgeItem,
@@ -29,6 +28,7 @@ from medeval_core.judges.ddi import (
     JudgeAttempt,
     JudgeError,
 )
+from medeval_core.files import json_value
 from medeval_core.judges.ratelimit import shared_limiter
 from medeval_core.prompts import fill, load_prompt
 from medeval_core.records import ModelCall

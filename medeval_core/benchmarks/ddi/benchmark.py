@@ -44,11 +44,11 @@ from medeval_core.benchmark import (
 )
 from medeval_core.benchmarks.ddi.cases import DDI_METADATA, SKIN_TONES, CaseSourceError, DdiCase, load_cases
 from medeval_core.benchmarks.ddi.images import describe_refusals, load_image_file, refused_images
+from medeval_core.benchmarks.ddi.judge import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
 from medeval_core.files import undecodable_line
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy_settings, make_vlm_backend
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi.images import ValidatedImage
+from medeval_core.benchmarks.ddi.judge import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, SessionParams
 from medeval_core.benchmarks.ddi.tasks import (
     DEFAULT_LABELS,
@@ -35,7 +36,6 @@ from medeval_core.benchmarks.ddi.tasks import (
     prompt_for,
     score_label,
 )
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
 from medeval_core.judges.offline import OfflineDdiJudge
 from medeval_core.prompts import load_labels
 from medeval_core.records import CaseOutcome, utc_now

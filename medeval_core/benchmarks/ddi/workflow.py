@@ -12,9 +12,9 @@ from medeval_core import service
 from medeval_core.backends.vlm import greedy_settings, make_vlm_backend
 from medeval_core.benchmarks.ddi.benchmark import JUDGE_SCORER, LABEL_SCORER, load_responses
 from medeval_core.benchmarks.ddi.cases import CaseSource
+from medeval_core.benchmarks.ddi.judge import make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams
 from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, prompt_for
-from medeval_core.judges.ddi import make_ddi_judge
 from medeval_core.prompts import load_labels
 from medeval_core.records import RunStatus
 from medeval_core.runner import ProgressCallback, RunReport
