@@ -9,12 +9,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from medeval_core import service
-from medeval_core.backends.vlm import greedy_settings, make_vlm_backend
+from medeval_core.backends.vlm import greedy_settings
+from medeval_core.benchmarks.ddi import VLM_ROLE
 from medeval_core.benchmarks.ddi.benchmark import JUDGE_SCORER, LABEL_SCORER, load_responses
 from medeval_core.benchmarks.ddi.cases import CaseSource
 from medeval_core.benchmarks.ddi.judge import make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams
 from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, prompt_for
+from medeval_core.models import for_role
 from medeval_core.prompts import load_labels
 from medeval_core.records import RunStatus
 from medeval_core.runner import ProgressCallback, RunReport
@@ -59,8 +61,8 @@ def generate_params(settings: Settings, request: RunRequest) -> DdiParams:
     enough cases run at once to fill one batch on every model worker (constructing a backend loads nothing)."""
     labels = labels_for(request.mode, settings)
     generation = effective_generation(settings, request)
-    backend = make_vlm_backend(settings, backend=request.model_backend, model=request.model,
-                               base_url=request.base_url)
+    backend = for_role(VLM_ROLE, settings, {"backend": request.model_backend, "model": request.model,
+                                            "base_url": request.base_url}, interface="vision")
     source = CaseSource(images_dir=request.images, metadata=request.metadata, image_column=request.image_column,
                         reference_column=request.reference_column, limit=request.limit)
     return DdiParams(GenerateParams(
