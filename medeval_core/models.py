@@ -15,7 +15,7 @@ A role nobody configured fails with one sentence naming that role's own variable
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from medeval_core.settings import (
@@ -77,6 +77,16 @@ def not_configured(role: str, choice: BackendChoice, interface: Interface = "cha
             f"or Ollama, ending in /v1) and MEDEVAL_{key}_MODEL (the served model name){local}, with the key in "
             f"{choice.api_key_env} if the endpoint needs one, or register a backend for the {role} role on the "
             "Models page.")
+
+
+def require_served(settings: Settings, roles: Iterable[str], interface: Interface = "chat",
+                   error: Callable[[str], Exception] = SettingsError) -> None:
+    """Refuse, before a run starts, a role among ``roles`` that no backend serves: ``error`` with the sentence
+    naming that role's own variables."""
+    for role in roles:
+        choice = settings.role(role)
+        if not is_served(choice, interface):
+            raise error(not_configured(role, choice, interface))
 
 
 @overload
