@@ -113,8 +113,9 @@ class SDBenchParams(LineFileParams):
     max_cost: float | None = Field(default=None, ge=0, description="budget in dollars before the diagnosis")
     model_args: dict[str, Any] = Field(default_factory=dict, description="merged into each agent request")
     models: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="older runs only: the backend of each role they used (a run now keeps "
-                                          "its roles' backends once, in its stored settings)")
+        default_factory=dict, json_schema_extra={"in_form": False},
+        description="older runs only: the backend of each role they used (a run now keeps them once, in its "
+                    "stored settings)")
 
 
 class TurnRecord(BaseModel):
