@@ -47,8 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from medeval_core.judges.ddi import DdiJudgeItem  # noqa: E402
-from medeval_core.judges.openai_judge import OpenAIDdiJudge, estimate_tokens  # noqa: E402
+from medeval_core.benchmarks.ddi.judge import DdiJudgeItem, OpenAIDdiJudge  # noqa: E402
+from medeval_core.judges.openai_judge import estimate_tokens  # noqa: E402
 from medeval_core.settings import Settings, load_settings  # noqa: E402
 from tests.fake_openai import FakeOpenAI, verdict_reply  # noqa: E402
 from tests.judge_support import judge_all, windows_over_budget, worst_window  # noqa: E402

@@ -280,7 +280,8 @@ class Benchmark(ABC, Generic[P, C, O]):
         return {}
 
     def models(self, params: P, settings: Settings) -> dict[str, Callable[[], Any]]:
-        """Role -> a factory for the backend the run uses for it (built lazily, on first ``ctx.model(role)``)."""
+        """Role -> a factory for the backend the run uses for it (built lazily, on first ``ctx.model(role)``), each
+        one a ``models.for_role`` call so that every role follows the same precedence and errors."""
         return {}
 
     def parse_params(self, raw: Mapping[str, Any]) -> P:

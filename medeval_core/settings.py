@@ -71,8 +71,9 @@ class JudgeBatchDefaults(_Strict):
 
 
 class JudgeRequestSettings(_Strict):
-    """One judge's request and batch-evaluator settings (``configs/<name>_judge.json``; the DDI judge's is
-    ``configs/ddi_judge.json``, the SkinGPT-R1 release file)."""
+    """One judge's request and batch-evaluator settings (``configs/<name>_judge.json``, named by the benchmark
+    whose judge uses them). ``base_url`` and ``model`` are the judge role's endpoint when no other layer sets one
+    (``models.for_role``)."""
 
     base_url: str
     model: str
@@ -98,7 +99,7 @@ class BackendChoice(_Strict):
     devices: str | None = None
     max_tokens: int | None = Field(default=None, gt=0)
     """A chat role's cap on the length of each reply (``MEDEVAL_<ROLE>_MAX_TOKENS``); unset: the client's 1,024.
-    The vision model and the DDI judge take theirs from ``configs/evaluation.json`` and ``configs/ddi_judge.json``."""
+    A vision model takes its own from ``configs/evaluation.json``, a judge from its ``configs/<name>_judge.json``."""
 
     @property
     def configured(self) -> bool:
@@ -112,8 +113,8 @@ ENV_PREFIX = "MEDEVAL_"
 
 
 def role_env_key(role: str) -> str:
-    """The part of ``MEDEVAL_<ROLE>_*`` that names ``role``: upper case, ``-`` as ``_`` (``sdbench-judge`` ->
-    ``SDBENCH_JUDGE``). Two spellings with the same key are the same role."""
+    """The part of ``MEDEVAL_<ROLE>_*`` that names ``role``: upper case, ``-`` as ``_`` (``case-judge`` ->
+    ``CASE_JUDGE``). Two spellings with the same key are the same role; nothing else spells a role's key."""
     return role.upper().replace("-", "_")
 
 
@@ -135,7 +136,7 @@ def unconfigured(role: str) -> BackendChoice:
 
 class BackendRoles(RootModel[dict[str, BackendChoice]]):
     """Model roles (``configs/backends.json``): role name -> the backend that serves it. Any role name is allowed
-    (``vlm``, ``judge``, ``chat``, ``gatekeeper``, ``sdbench-judge``...)."""
+    (``vlm``, ``judge``, ``chat``, ``gatekeeper``, ...)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -196,7 +197,7 @@ class Settings(_Strict):
         return unconfigured(name)
 
     def judge_settings(self, name: str) -> JudgeRequestSettings:
-        """The request settings of the judge ``name`` (``configs/<name>_judge.json``; ``ddi`` always exists)."""
+        """The request settings of the judge ``name`` (``configs/<name>_judge.json``)."""
         try:
             return self.judges[name]
         except KeyError:
@@ -332,10 +333,9 @@ JUDGE_FILE_SUFFIX = "_judge.json"
 
 
 def _judge_settings(config_dir: Path) -> dict[str, JudgeRequestSettings]:
-    """``configs/<name>_judge.json`` by judge name; ``ddi_judge.json`` (the SkinGPT-R1 release file, byte for byte)
-    must be there."""
+    """``configs/<name>_judge.json`` by judge name, each kept value for value (a judge that needs its file and
+    finds none says so through ``Settings.judge_settings``)."""
     paths = {path.name[: -len(JUDGE_FILE_SUFFIX)]: path for path in sorted(config_dir.glob(f"*{JUDGE_FILE_SUFFIX}"))}
-    paths.setdefault("ddi", config_dir / f"ddi{JUDGE_FILE_SUFFIX}")  # missing: _validated names it
     return {name: _validated(JudgeRequestSettings, path) for name, path in paths.items()}
 
 

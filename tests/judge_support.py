@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, DdiVerdict, JudgeError, judgement_of
+from medeval_core.benchmarks.ddi.judge import DdiJudge, DdiJudgeItem, DdiVerdict
+from medeval_core.judges.base import JudgeError, judgement_of
 from medeval_core.store import Store
 
 

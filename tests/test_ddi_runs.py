@@ -84,6 +84,9 @@ def test_open_run_with_an_endpoint_model_and_the_offline_judge(
     assert injected.scores["correct"]["provenance"]["predicted_diagnosis"].lower() == "psoriasis"
     model_summary = store.get_run(report["model_run"]["run_id"]).summary["extras"]
     assert model_summary["backend"]["base_url"] == url and model_summary["responses"] == 6
+    # The run's stored settings record the backends it used (a resume reads them back from there).
+    assert store.get_run(report["model_run"]["run_id"]).config["settings"]["roles"]["vlm"]["base_url"] == url
+    assert store.get_run(judge_run).config["settings"]["roles"]["judge"]["backend"] == "offline"
 
 
 def test_tiny_transformers_model_runs_reproducibly(

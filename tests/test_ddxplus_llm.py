@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 
 from medeval_core import registry, service
-from medeval_core.backends.chat import ChatBackendError, OpenAIChatBackend, make_chat_backend
+from medeval_core.backends.chat import ChatBackendError, OpenAIChatBackend
 from medeval_core.benchmarks.ddxplus.benchmark import build_params
 from medeval_core.benchmarks.ddxplus.interaction import Consultation, OfflineContext, consult
 from medeval_core.benchmarks.ddxplus.kb import load_kb
 from medeval_core.benchmarks.ddxplus.llm_agent import LLMAgent, LLMOutputError
 from medeval_core.benchmarks.ddxplus.patients import load_patients
 from medeval_core.context import current_settings, current_store, reset
+from medeval_core.models import for_role
 from medeval_core.records import CaseStatus
-from medeval_core.settings import BackendChoice
+from medeval_core.settings import load_settings
 from tests.ddxplus_fixtures import ddxplus_dir, sample_csv
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
@@ -121,7 +122,7 @@ def test_transient_errors_are_retried_and_hard_errors_explained(kb, patient):
     with FakeOpenAI(Reply(status=404)) as server, pytest.raises(ChatBackendError, match="answered HTTP 404"):
         _agent(kb, server).backend.complete([{"role": "user", "content": "hi"}])
     with pytest.raises(ChatBackendError, match="MEDEVAL_CHAT_BASE_URL"):
-        make_chat_backend(BackendChoice(backend="none", api_key_env="MEDEVAL_CHAT_API_KEY"))
+        for_role("chat", load_settings({}))
 
 
 def test_batch_run_records_failures_and_the_kb_condition(kb, monkeypatch):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core.judges.ddi import DdiJudgeItem, DdiVerdict, accuracy_summary
-from medeval_core.judges.offline import JUDGE_NAME, OfflineDdiJudge
+from medeval_core.benchmarks.ddi.judge import OFFLINE_JUDGE_NAME as JUDGE_NAME
+from medeval_core.benchmarks.ddi.judge import DdiJudgeItem, DdiVerdict, OfflineDdiJudge, accuracy_summary
 from medeval_core.prompts import PromptError, fill, load_labels, load_prompt
 from medeval_core.records import RunConfig
 from medeval_core.settings import load_settings

@@ -356,9 +356,13 @@ def test_llm_roles_are_bound_from_the_settings_and_kept_for_a_resume(imedqa, mon
         medeval_context.reset()
         settings, store = current_settings(), current_store()
         params = build_params(settings, imedqa.path, "llm", patient="llm", limit=2)
-        assert params.models == {"expert": {"base_url": server.url, "model": "fake-expert"},
-                                 "patient": {"base_url": server.url, "model": "fake-patient"}}
         report = service.launch("mediq", params, settings, store)
+        # The roles' backends are stored once, with the run's settings (a resume reads them back from there).
+        stored = store.get_run(report.run_id).config
+        assert {role: (stored["settings"]["roles"][role]["base_url"], stored["settings"]["roles"][role]["model"])
+                for role in ("expert", "patient")} == {"expert": (server.url, "fake-expert"),
+                                                       "patient": (server.url, "fake-patient")}
+        assert stored["params"]["models"] == {}
         models = {body["model"] for body in (r.body for r in server.chat_requests())}
     summary = service.stored_summary(store, report.run_id)
     assert summary.counts.done == 2 and summary.metric("accuracy without asking") is not None

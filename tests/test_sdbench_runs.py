@@ -216,7 +216,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, cases_file):
     for args, message in (
         (["--agent", "replay"], "--agent replay needs --actions"),
         (["--agent", "replay", "--actions", str(tmp_path / "none.jsonl")], "does not exist"),
-        (["--agent", "llm"], "No model serves the chat role"),
+        (["--agent", "llm"], "No chat model is configured"),
         (["--agent", "replay", "--actions", str(cases_file), "--model-args", "[1]"], "must be a JSON object"),
     ):
         assert main(["run", "sdbench", "--cases", str(cases_file), *args]) == 2

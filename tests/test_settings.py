@@ -157,13 +157,13 @@ def test_the_readme_runs_the_cli_with_the_virtualenv_interpreter() -> None:
 
 
 def test_a_chat_roles_reply_cap_comes_from_its_variable_and_is_recorded() -> None:
-    from medeval_core.backends.chat import make_chat_backend
+    from medeval_core.models import for_role
 
     endpoints = {"MEDEVAL_SDBENCH_JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "MEDEVAL_SDBENCH_JUDGE_MODEL": "m",
                  "MEDEVAL_CHAT_BASE_URL": "http://127.0.0.1:9/v1", "MEDEVAL_CHAT_MODEL": "m"}
     settings = load_settings({**endpoints, "MEDEVAL_SDBENCH_JUDGE_MAX_TOKENS": "64"})
-    assert make_chat_backend(settings.role("sdbench-judge")).describe()["max_tokens"] == 64  # recorded with a run
-    assert make_chat_backend(settings.role("chat")).describe()["max_tokens"] == 1024  # unset: the client's default
+    assert for_role("sdbench-judge", settings).describe()["max_tokens"] == 64  # recorded with a run
+    assert for_role("chat", settings).describe()["max_tokens"] == 1024  # unset: the client's default
     assert settings.settings_hash() != load_settings(endpoints).settings_hash()
     with pytest.raises(SettingsError, match="MAX_TOKENS"):
         load_settings({"MEDEVAL_CHAT_MAX_TOKENS": "0"})

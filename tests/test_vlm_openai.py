@@ -15,8 +15,8 @@ from medeval_core.backends.vlm import (
     VlmNotConfiguredError,
     VlmPrompt,
     greedy_settings,
-    make_vlm_backend,
 )
+from medeval_core.models import for_role
 from medeval_core.settings import GenerationSettings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply, Script
 
@@ -120,10 +120,11 @@ def test_batch_answers_come_back_in_order(generation: GenerationSettings) -> Non
 def test_factory_picks_the_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDEVAL_VLM_BASE_URL", "http://127.0.0.1:9/v1")
     with pytest.raises(VlmNotConfiguredError, match="model name"):
-        make_vlm_backend(load_settings())
+        for_role("vlm", load_settings(), interface="vision")
     monkeypatch.setenv("MEDEVAL_VLM_MODEL", "qwen2.5-vl")
-    backend = make_vlm_backend(load_settings())
+    backend = for_role("vlm", load_settings(), interface="vision")
     assert isinstance(backend, OpenAIVisionBackend)
     assert backend.describe()["base_url"] == "http://127.0.0.1:9/v1"
-    explicit = make_vlm_backend(load_settings(), backend="openai", model="other", base_url="http://127.0.0.1:8/v1")
+    explicit = for_role("vlm", load_settings(), {"backend": "openai", "model": "other",
+                                                 "base_url": "http://127.0.0.1:8/v1"}, interface="vision")
     assert (explicit.model, explicit.base_url) == ("other", "http://127.0.0.1:8/v1")

@@ -23,8 +23,8 @@ from medeval_core.backends.vlm import (
     VlmNotConfiguredError,
     VlmPrompt,
     greedy_settings,
-    make_vlm_backend,
 )
+from medeval_core.models import for_role
 from medeval_core.settings import GenerationSettings, load_settings
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
@@ -198,10 +198,10 @@ def test_cpu_runs_one_worker_whatever_devices_are_listed(tiny_qwen: Path, genera
 
 def test_factory(tiny_qwen: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     with pytest.raises(VlmNotConfiguredError, match="MEDEVAL_VLM_MODEL"):
-        make_vlm_backend(load_settings())
+        for_role("vlm", load_settings(), interface="vision")
     monkeypatch.setenv("MEDEVAL_VLM_BACKEND", "transformers")
     monkeypatch.setenv("MEDEVAL_VLM_MODEL", str(tiny_qwen))
-    backend = make_vlm_backend(load_settings())
+    backend = for_role("vlm", load_settings(), interface="vision")
     assert isinstance(backend, QwenTransformersBackend) and backend.model == str(tiny_qwen)
     described = backend.describe()
     assert described["workers"][0]["device"] == "cpu"

@@ -1,8 +1,8 @@
 """The chat model role (text -> text) behind a small protocol, and its OpenAI-compatible implementation.
 
 Any OpenAI-compatible endpoint works (vLLM, Ollama, a hosted API); retries and errors are those of
-``CompletionClient``, with failures raised as ``ChatBackendError``. The key comes from the variable named in
-``settings.role("chat").api_key_env``.
+``CompletionClient``, with failures raised as ``ChatBackendError``. ``models.for_role`` builds one for a role; the
+key comes from the variable named in that role's ``api_key_env``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any, Protocol, TypeVar
 
 from medeval_core.backends.openai_client import CallRecorder, CompletionClient
 from medeval_core.files import json_value
-from medeval_core.settings import BackendChoice
 
 Message = dict[str, str]
 
@@ -72,18 +71,6 @@ class OpenAIChatBackend:
         return {"backend": self.name, "model": self.model, "base_url": self.base_url,
                 "temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed,
                 **({"request_options": self.request_options} if self.request_options else {})}
-
-
-def make_chat_backend(choice: BackendChoice, **options: Any) -> ChatBackend:
-    """The configured chat backend, or a ChatBackendError saying how to configure one."""
-    if choice.backend != "openai" or not choice.base_url or not choice.model:
-        raise ChatBackendError(
-            "No chat model is configured: set MEDEVAL_CHAT_BASE_URL (an OpenAI-compatible endpoint ending in /v1) "
-            f"and MEDEVAL_CHAT_MODEL, and the key in {choice.api_key_env} if the endpoint needs one."
-        )
-    if choice.max_tokens is not None:
-        options = {"max_tokens": choice.max_tokens, **options}
-    return OpenAIChatBackend(base_url=choice.base_url, model=choice.model, api_key_env=choice.api_key_env, **options)
 
 
 class ReplyFormatError(RuntimeError):

@@ -1,9 +1,9 @@
-"""Local Qwen2.5-VL inference through transformers, following the SkinGPT-R1 evaluation settings.
+"""Local Qwen2.5-VL inference through transformers, with the generation settings of ``configs/evaluation.json``.
 
-What this module guarantees (skingpt-r1-evaluation-settings.md, design.md §3.1):
+What this module guarantees (design.md §3.1):
 - the checkpoint is loaded with the plain ``Qwen2_5_VLForConditionalGeneration`` class, in bf16 with TF32 on CUDA
   and float32 on CPU, in evaluation mode; missing or unexpected weight keys are reported loudly, because a
-  checkpoint saved from a subclass (SkinGPT-R1 names one with a skin-tone adapter) would silently lose weights;
+  checkpoint saved from a subclass (a released checkpoint may name one with an adapter) would silently lose weights;
 - the attention implementation is chosen before loading (flash_attention_2 only when CUDA and flash-attn are
   both present, else sdpa) and recorded;
 - image pixels are bounded by ``min_pixels``/``max_pixels``; batches are left-padded and only new tokens decoded;

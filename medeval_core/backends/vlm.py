@@ -2,20 +2,20 @@
 
 Two implementations: a local Qwen2.5-VL checkpoint through transformers (``qwen_transformers``) and any
 OpenAI-compatible vision endpoint such as vLLM or Ollama (``openai_vision``). Callers depend only on
-``VlmBackend``; ``make_vlm_backend`` picks the implementation from the settings. Importing this module does not
-import torch, so the CLI and the app start quickly.
+``VlmBackend``; ``models.for_role(role, settings, interface="vision")`` picks the implementation. Importing this
+module does not import torch, so the CLI and the app start quickly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict
 
 from medeval_core.records import ModelCall
-from medeval_core.settings import GenerationSettings, Settings
+from medeval_core.settings import GenerationSettings
 
 CallRecorder = Callable[[ModelCall], None]
 """Receives the ``ModelCall`` records of one image's request (``CaseContext.record_model_call``)."""
@@ -35,14 +35,7 @@ class VlmBackendError(RuntimeError):
 
 
 class VlmNotConfiguredError(VlmBackendError):
-    pass
-
-
-NOT_CONFIGURED_MESSAGE = (
-    "No vision-language model is configured. For a local Qwen2.5-VL checkpoint set MEDEVAL_VLM_BACKEND=transformers "
-    "and MEDEVAL_VLM_MODEL=/path/to/checkpoint (a folder with config.json and safetensors shards); for an "
-    "OpenAI-compatible server (vLLM, Ollama) set MEDEVAL_VLM_BASE_URL=http://host:port/v1 and MEDEVAL_VLM_MODEL=name."
-)
+    """No backend serves the vision role (``models.not_configured`` says which variables to set)."""
 
 
 @runtime_checkable
@@ -92,32 +85,3 @@ def chat_messages(prompt: VlmPrompt, image_part: dict[str, Any]) -> list[dict[st
 def greedy_settings(settings: GenerationSettings) -> GenerationSettings:
     """The ``--greedy`` switch: the same settings with sampling off (temperature and top-p then unused)."""
     return settings.model_copy(update={"do_sample": False})
-
-
-def make_vlm_backend(
-    settings: Settings,
-    backend: Literal["transformers", "openai"] | None = None,
-    model: str | None = None,
-    base_url: str | None = None,
-) -> VlmBackend:
-    """The configured vision backend; arguments override ``settings.role("vlm")`` (CLI flags, page inputs)."""
-    choice = settings.role("vlm")
-    kind = backend or (choice.backend if choice.backend != "none" or not base_url else "openai")
-    model_name = model or choice.model
-    if kind == "transformers":
-        if not model_name:
-            raise VlmNotConfiguredError(NOT_CONFIGURED_MESSAGE)
-        from medeval_core.backends.qwen_transformers import QwenTransformersBackend
-
-        return QwenTransformersBackend(model_name, settings.generation, devices=choice.devices)
-    if kind == "openai":
-        url = base_url or choice.base_url
-        if not url or not model_name:
-            raise VlmNotConfiguredError(
-                "The OpenAI-compatible vision backend needs both a base URL and a model name "
-                "(MEDEVAL_VLM_BASE_URL and MEDEVAL_VLM_MODEL, or --base-url and --model)."
-            )
-        from medeval_core.backends.openai_vision import OpenAIVisionBackend
-
-        return OpenAIVisionBackend(base_url=url, model=model_name, api_key_env=choice.api_key_env)
-    raise VlmNotConfiguredError(NOT_CONFIGURED_MESSAGE)

@@ -1,8 +1,8 @@
-"""The offline DDI judge: the judge prompt's rules as code, for when no judge endpoint is configured.
+"""Offline diagnosis-equivalence rules: an LLM judge prompt's rules as code, for when no judge endpoint is set.
 
-It reads the response the way the LLM judge is told to: find the one final selected diagnosis (ignoring the
+It reads a response the way such a judge is told to: find the one final selected diagnosis (ignoring the
 rationale, differentials, negated text and anything that reads as instructions to a judge), normalise it and the
-reference (case, hyphens, word order, spelling, abbreviations, synonyms from ``prompts/ddi_offline_synonyms.json``)
+reference (case, hyphens, word order, spelling, abbreviations, synonyms from a vocabulary file under ``prompts/``)
 and compare them as sets of canonical words:
 
 - the same words: correct; the response adds detail to the reference (``nodular melanoma`` for ``melanoma``):
@@ -12,26 +12,22 @@ and compare them as sets of canonical words:
 - a precursor or mimic of the reference (``melanoma-like``, ``melanoma precursor``): incorrect;
 - several diagnoses without one final selection, or no final diagnosis at all: incorrect.
 
-Being rules, it cannot be talked into a verdict; being rules, it also misses synonyms its table lacks, which is
-why its verdicts are recorded under their own judge name and never pooled with the LLM judge's.
+Being rules, they cannot be talked into a verdict; being rules, they also miss synonyms their table lacks, which
+is why a benchmark records their verdicts under a judge name of their own, never pooled with an LLM judge's.
 """
 
 from __future__ import annotations
 
 import re
-import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
-from medeval_core.judges.ddi import AttemptCallback, CallCallback, DdiJudgeItem, DdiVerdict, JudgeAttempt
 from medeval_core.prompts import load_json, prompt_path
-from medeval_core.settings import Settings, fingerprint
+from medeval_core.settings import fingerprint
 
-VOCABULARY = "ddi_offline_synonyms"
-JUDGE_NAME = "offline-rules-v1"
 FUZZY_MIN_SCORE = 90
 FUZZY_MIN_LENGTH = 5
 MAX_DIAGNOSIS_CHARACTERS = 200
@@ -85,6 +81,15 @@ _QUOTED_LABEL = re.compile(rf"[\"“][^\"“”\n]*\b{_LABEL}\b[^\"“”\n]*[\"
 _PARENTHETICAL = re.compile(r"\(([^()]*)\)|\[([^\[\]]*)\]")
 _PAREN_DROP = re.compile(r"\b(?:vs\.?|versus|or|differential|less\s+likely|rule\s+out|r/o|consider|unlikely|not)\b",
                          re.I)
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """The rules' decision: the final diagnosis found (empty when none), whether it matches, and why."""
+
+    predicted_diagnosis: str
+    correct: bool
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -164,57 +169,37 @@ class Vocabulary:
         return any(self.is_disease_word(word) for word in self.canonical(text))
 
 
-class OfflineDdiJudge:
-    concurrency = 1
-    """Pure CPU work that holds the GIL: threads would only add overhead."""
+class DiagnosisRules:
+    """The rules over one vocabulary file; ``model`` names the file's content (``rules:`` and its sha256 prefix)."""
 
-    def __init__(self, vocabulary: Vocabulary, vocabulary_hash: str, progress_every: int = 10,
-                 tail_characters: int = 20_000) -> None:
+    def __init__(self, vocabulary: Vocabulary, vocabulary_hash: str) -> None:
         self.vocabulary = vocabulary
-        self.tail_characters = tail_characters
-        self.name = JUDGE_NAME
         self.model = f"rules:{vocabulary_hash[:12]}"
-        self.progress_every = progress_every
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> OfflineDdiJudge:
-        batch = settings.judge_settings("ddi").batch_evaluator_defaults
-        return cls.from_file(settings.prompts_dir, batch.progress_every, batch.model_output_tail_characters)
-
-    @classmethod
-    def from_file(cls, prompts_dir: Path | None = None, progress_every: int = 10,
-                  tail_characters: int = 20_000) -> OfflineDdiJudge:
-        data = load_json(VOCABULARY, prompts_dir)
+    def from_file(cls, name: str, prompts_dir: Path | None = None) -> DiagnosisRules:
+        """The rules over ``prompts/<name>.json``."""
+        data = load_json(name, prompts_dir)
         if not isinstance(data, dict):
-            raise ValueError(f"{prompt_path(VOCABULARY, prompts_dir, '.json')} must hold a JSON object.")
-        return cls(Vocabulary(data), fingerprint(data), progress_every, tail_characters)
-
-    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None,
-              on_call: CallCallback | None = None) -> DdiVerdict:
-        """Rules only: no model is called, so ``on_call`` never fires."""
-        started = time.monotonic()
-        # The same view of the response as the LLM judge gets: only its final characters.
-        verdict = self.verdict(item.reference, item.response[-self.tail_characters:])
-        if on_attempt is not None:
-            on_attempt(JudgeAttempt(attempt=1, ok=True, verdict=verdict, latency_s=time.monotonic() - started))
-        return verdict
+            raise ValueError(f"{prompt_path(name, prompts_dir, '.json')} must hold a JSON object.")
+        return cls(Vocabulary(data), fingerprint(data))
 
     # Deciding -----------------------------------------------------------------------------------------------
 
-    def verdict(self, reference: str, response: str) -> DdiVerdict:
+    def verdict(self, reference: str, response: str) -> Equivalence:
         reference_words = self.vocabulary.canonical(reference)
         if not reference_words:
-            return DdiVerdict(predicted_diagnosis="", correct=False,
+            return Equivalence(predicted_diagnosis="", correct=False,
                               reason="The reference diagnosis is empty after normalisation.")
         found = self.extract(response, reference_words)
         if found is None:
-            return DdiVerdict(predicted_diagnosis="", correct=False,
+            return Equivalence(predicted_diagnosis="", correct=False,
                               reason="No final diagnosis could be identified in the response.")
         if found.multiple:
-            return DdiVerdict(predicted_diagnosis=found.text, correct=False,
+            return Equivalence(predicted_diagnosis=found.text, correct=False,
                               reason="Several diagnoses are given without one final selection.")
         correct, reason = self.compare(reference_words, self.vocabulary.canonical(found.text))
-        return DdiVerdict(predicted_diagnosis=found.text, correct=correct, reason=reason)
+        return Equivalence(predicted_diagnosis=found.text, correct=correct, reason=reason)
 
     def compare(self, reference: frozenset[str], predicted: frozenset[str]) -> tuple[bool, str]:
         predicted = self._fuzzy_align(reference, predicted)

@@ -1,51 +1,44 @@
-"""The LLM judge of design.md §3.1 over any OpenAI-compatible endpoint (DashScope, vLLM, Ollama).
+"""An LLM judge over any OpenAI-compatible endpoint (a hosted API, vLLM, Ollama), generic over its verdict.
 
-Every request value comes from ``configs/ddi_judge.json``. The SDK's own retries are off (``sdk_max_retries`` 0):
-retries happen here, so that each attempt passes the endpoint's rate budget (shared through the store by every
-process that judges with it), is validated the same way and is
-reported to ``on_attempt`` (and so stored). A verdict that breaks the schema counts as a failed attempt, like an
-HTTP error: strict validation is what keeps a malformed answer from becoming a score.
+Every request value comes from the judge's ``JudgeRequestSettings`` (``configs/<name>_judge.json``). The SDK's own
+retries are off (``sdk_max_retries`` 0): retries happen here, so that each attempt passes the endpoint's rate budget
+(shared through the store by every process that judges with it), is validated the same way and is reported to
+``on_attempt`` (and so stored). A verdict that breaks its schema counts as a failed attempt, like an HTTP error:
+strict validation is what keeps a malformed answer from becoming a score. The judging benchmark brings the
+messages and the verdict model; ``models.for_role`` builds the client for a judge role.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 from openai import OpenAI
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from medeval_core.backends.openai_client import status_error_text
 from medeval_core.benchmark import messages_sha256
 from medeval_core.files import json_value
-from medeval_core.judges.ddi import (
-    AttemptCallback,
-    CallCallback,
-    DdiJudgeItem,
-    DdiVerdict,
-    JudgeAttempt,
-    JudgeError,
-)
+from medeval_core.judges.base import AttemptCallback, CallCallback, JudgeAttempt, JudgeError
 from medeval_core.judges.ratelimit import shared_limiter
-from medeval_core.prompts import fill, load_prompt
 from medeval_core.records import ModelCall
 from medeval_core.redaction import redact, register_secret
-from medeval_core.settings import JudgeRequestSettings, Settings
-from medeval_core.store import Store, open_store
+from medeval_core.settings import JudgeRequestSettings
+from medeval_core.store import Store
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
-VERDICT_KEYS = frozenset(DdiVerdict.model_fields)
+V = TypeVar("V", bound=BaseModel)
 
 
 class InvalidVerdictError(ValueError):
     """The endpoint answered, but not with a valid verdict (not JSON, wrong keys or types)."""
 
 
-def parse_verdict(content: str | None) -> DdiVerdict:
-    """Validate the judge's message strictly: a JSON object with exactly the three keys and their types."""
+def strict_verdict(content: str | None, verdict: type[V]) -> V:
+    """Validate the judge's message strictly: a JSON object with exactly ``verdict``'s keys and their types."""
     if content is None:
         raise InvalidVerdictError("the response has no message content")
     try:
@@ -54,27 +47,18 @@ def parse_verdict(content: str | None) -> DdiVerdict:
         raise InvalidVerdictError(f"the response is {exc}") from None
     if not isinstance(data, dict):
         raise InvalidVerdictError(f"the response is JSON but a {type(data).__name__}, not an object")
-    missing, extra = VERDICT_KEYS - data.keys(), data.keys() - VERDICT_KEYS
+    keys = frozenset(verdict.model_fields)
+    missing, extra = keys - data.keys(), data.keys() - keys
     if missing or extra:
         problems = [f"missing {sorted(missing)}"] if missing else []
         problems += [f"unexpected {sorted(extra)}"] if extra else []
         raise InvalidVerdictError(f"the verdict has the wrong keys: {'; '.join(problems)}")
     try:
-        return DdiVerdict.model_validate(data)
+        return verdict.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "verdict"
         raise InvalidVerdictError(f"invalid verdict: {where}: {first['msg']}") from None
-
-
-def build_messages(system_prompt: str, user_template: str, item: DdiJudgeItem,
-                   tail_characters: int) -> list[dict[str, str]]:
-    """System prompt verbatim; the user template with the reference and only the response's last characters."""
-    tail = item.response[-tail_characters:] if len(item.response) > tail_characters else item.response
-    return [
-        {"role": "system", "content": system_prompt},
-        {"role": "user", "content": fill(user_template, ground_truth=item.reference, model_output=tail)},
-    ]
 
 
 def estimate_tokens(messages: list[dict[str, str]], max_output_tokens: int) -> int:
@@ -110,7 +94,9 @@ def describe(exc: BaseException, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class OpenAIDdiJudge:
+class OpenAIJudgeClient:
+    """Judging requests to one endpoint and model, under the judge settings' retries, timeouts and rate budget."""
+
     def __init__(
         self,
         *,
@@ -118,20 +104,18 @@ class OpenAIDdiJudge:
         base_url: str,
         model: str,
         api_key: str,
-        system_prompt: str,
-        user_template: str,
         store: Store,
+        role: str = "judge",
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         batch = request.batch_evaluator_defaults
         self.name = f"openai:{model}"
         self.model = model
         self.base_url = base_url
+        self.role = role
         self.concurrency = batch.concurrency
         self.progress_every = batch.progress_every
         self.request = request
-        self.system_prompt = system_prompt
-        self.user_template = user_template
         self.limiter = shared_limiter(store, base_url, model, batch.requests_per_minute, batch.tokens_per_minute,
                                       batch.rate_window_seconds)
         self._sleep = sleep
@@ -139,37 +123,26 @@ class OpenAIDdiJudge:
         self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=request.timeout_seconds,
                               max_retries=request.sdk_max_retries)
 
-    @classmethod
-    def from_settings(cls, settings: Settings, *, base_url: str, model: str, api_key: str,
-                      sleep: Callable[[float], None] = time.sleep) -> OpenAIDdiJudge:
-        return cls(
-            request=settings.judge_settings("ddi"), base_url=base_url, model=model, api_key=api_key,
-            system_prompt=load_prompt("ddi_judge_system", settings.prompts_dir),
-            user_template=load_prompt("ddi_judge_user", settings.prompts_dir), store=open_store(settings.db_url),
-            sleep=sleep,
-        )
-
-    def messages(self, item: DdiJudgeItem) -> list[dict[str, str]]:
-        tail = self.request.batch_evaluator_defaults.model_output_tail_characters
-        return build_messages(self.system_prompt, self.user_template, item, tail)
-
-    def request_body(self, item: DdiJudgeItem) -> dict[str, Any]:
-        """The chat.completions arguments for one item; ``extra_body`` is merged into the JSON body by the SDK."""
+    def request_body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """The chat.completions arguments for ``messages``; ``extra_body`` is merged into the JSON body by the SDK."""
         return {
             "model": self.model,
-            "messages": self.messages(item),
+            "messages": messages,
             "temperature": self.request.temperature,
             "max_tokens": self.request.max_tokens,
             "response_format": self.request.response_format,
             "extra_body": self.request.extra_body,
         }
 
-    def judge(self, item: DdiJudgeItem, on_attempt: AttemptCallback | None = None,
-              on_call: CallCallback | None = None) -> DdiVerdict:
-        body = self.request_body(item)
+    def judge(self, case_id: str, messages: list[dict[str, str]], parse: Callable[[str | None], V],
+              on_attempt: AttemptCallback | None = None, on_call: CallCallback | None = None) -> V:
+        """The verdict ``parse`` makes of the answer to ``messages`` (it raises ``InvalidVerdictError`` for an
+        invalid one), or ``JudgeError`` once the retries are spent; ``on_attempt`` sees every attempt, ``on_call``
+        every request sent."""
+        body = self.request_body(messages)
         tokens = estimate_tokens(body["messages"], self.request.max_tokens)
         if tokens > self.limiter.max_tokens:
-            raise JudgeError(f"The request for case {item.case_id} is estimated at {tokens} tokens, more than the "
+            raise JudgeError(f"The request for case {case_id} is estimated at {tokens} tokens, more than the "
                              f"token budget of {self.limiter.max_tokens} per window.")
         batch = self.request.batch_evaluator_defaults
         low, high = batch.retry_jitter_seconds
@@ -186,7 +159,7 @@ class OpenAIDdiJudge:
             for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    verdict = self._attempt(body, tokens, attempts, on_attempt, on_call)
+                    verdict = self._attempt(body, tokens, attempts, parse, on_attempt, on_call)
         except (openai.OpenAIError, InvalidVerdictError) as exc:
             kind = "after" if is_retryable(exc) else "(not retryable) after"
             raise JudgeError(f"No valid verdict {kind} {attempts} attempt(s): {describe(exc)}"
@@ -194,7 +167,7 @@ class OpenAIDdiJudge:
         return verdict
 
     def _extra_body_hint(self, exc: Exception) -> str:
-        """A refused request that carries the protocol's provider-specific ``extra_body`` fields (DashScope's
+        """A refused request that carries the protocol's provider-specific ``extra_body`` fields (such as
         ``enable_thinking``) says where they come from, since servers that validate the body (``transformers
         serve``) refuse unknown fields with HTTP 400/422; the protocol's fields are never dropped silently."""
         if not self.request.extra_body or getattr(exc, "status_code", None) not in (400, 422):
@@ -203,8 +176,8 @@ class OpenAIDdiJudge:
                 "which this server may not accept; use an endpoint that accepts them or a judge settings file "
                 "without them.")
 
-    def _attempt(self, body: dict[str, Any], tokens: int, number: int, on_attempt: AttemptCallback | None,
-                 on_call: CallCallback | None = None) -> DdiVerdict:
+    def _attempt(self, body: dict[str, Any], tokens: int, number: int, parse: Callable[[str | None], V],
+                 on_attempt: AttemptCallback | None, on_call: CallCallback | None) -> V:
         status: int | None = None
         usage: Any = None
         try:
@@ -214,7 +187,7 @@ class OpenAIDdiJudge:
             status = raw.status_code
             content = message_content(raw)
             usage = _usage(raw)
-            verdict = parse_verdict(content)
+            verdict = parse(content)
         except (openai.OpenAIError, InvalidVerdictError) as exc:
             latency = time.monotonic() - started
             if on_call is not None:
@@ -232,8 +205,8 @@ class OpenAIDdiJudge:
 
     def _call(self, body: dict[str, Any], number: int, latency_s: float, usage: Any,
               error: str | None = None) -> ModelCall:
-        """One request as a ``ModelCall`` of the ``judge`` role: the exact messages' sha256, latency, tokens."""
-        return ModelCall(role="judge", model=self.model, messages_sha256=messages_sha256(body["messages"]),
+        """One request as a ``ModelCall`` of the judge's role: the exact messages' sha256, latency, tokens."""
+        return ModelCall(role=self.role, model=self.model, messages_sha256=messages_sha256(body["messages"]),
                          latency_s=latency_s, attempt=number, ok=error is None, error=error,
                          prompt_tokens=getattr(usage, "prompt_tokens", None),
                          completion_tokens=getattr(usage, "completion_tokens", None))

@@ -2,9 +2,9 @@
 model, and the NAME of the environment variable or Streamlit secret holding its key) or a local Qwen2.5-VL
 checkpoint folder, one of them the role's default.
 
-Never a key: ``api_key_env`` must look like a variable name, so a pasted key is refused. The defaults are read by
-``context.current_settings`` between ``configs/backends.json`` and the ``MEDEVAL_<ROLE>_*`` variables, which
-still win (README: "Models").
+Never a key: ``api_key_env`` must look like a variable name, so a pasted key is refused. The defaults are the second
+layer of ``models.for_role``'s precedence: read by ``context.current_settings`` over ``configs/backends.json``,
+under the ``MEDEVAL_<ROLE>_*`` variables and a run's own choice (README: "Models").
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class ModelBackend(BaseModel):
     def _role(cls, value: str) -> str:
         value = value.strip().lower()
         if not ROLE_NAME.fullmatch(value):
-            raise ValueError("a role is lower-case letters, digits and '-', e.g. judge or sdbench-judge")
+            raise ValueError("a role is lower-case letters, digits and '-', e.g. judge or case-judge")
         return value
 
     @field_validator("api_key_env")

@@ -11,6 +11,9 @@ the ``run ddi`` options, ``judge ddi`` and ``check-reported`` (``reported_cli``)
 from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
+VLM_ROLE = "vlm"
+JUDGE_ROLE = "judge"
+
 SPEC = BenchmarkSpec(
     name="ddi",
     title="DDI lesion diagnosis",
@@ -28,10 +31,10 @@ SPEC = BenchmarkSpec(
         ),
     ),
     model_roles=(
-        ModelRole(name="vlm", title="Vision-language model",
+        ModelRole(name=VLM_ROLE, title="Vision-language model",
                   description="the tested vision-language model (Qwen2.5-VL checkpoint or an "
                               "OpenAI-compatible vision endpoint)"),
-        ModelRole(name="judge", title="DDI judge",
+        ModelRole(name=JUDGE_ROLE, title="DDI judge",
                   description="the DDI judge (an OpenAI-compatible chat endpoint; offline rules "
                               "when none is configured)"),
     ),

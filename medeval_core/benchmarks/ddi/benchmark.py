@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from medeval_core.backends.vlm import VlmBackend, make_vlm_backend
+from medeval_core.backends.vlm import VlmBackend
 from medeval_core.benchmark import (
     Benchmark,
     BenchmarkError,
@@ -42,14 +42,17 @@ from medeval_core.benchmark import (
     Scorer,
     Solver,
 )
+from medeval_core.benchmarks.ddi import VLM_ROLE
 from medeval_core.benchmarks.ddi.cases import DDI_METADATA, SKIN_TONES, CaseSourceError, DdiCase, load_cases
 from medeval_core.benchmarks.ddi.images import describe_refusals, load_image_file, refused_images
+from medeval_core.benchmarks.ddi.judge import DdiJudge, DdiJudgeItem, make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams, SessionParams
 from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
 from medeval_core.files import undecodable_line
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, attempt_recorder, make_ddi_judge
+from medeval_core.judges.base import attempt_recorder
+from medeval_core.models import for_role
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
 
@@ -248,7 +251,7 @@ class _GenerateSolver:
         if not valid:
             return shares
         try:
-            backend: VlmBackend = ctx.model("vlm")
+            backend: VlmBackend = ctx.model(VLM_ROLE)
             texts = backend.generate([image.image for _, image in valid], [self.params.prompt] * len(valid),
                                      self.params.generation,
                                      recorders=[shares[case.case_id].calls.append for case, _ in valid])
@@ -396,7 +399,7 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
         open-ended prompts, the DDI folder under the data directory and the vlm role's backend."""
         if variant != "model":
             return {}
-        vlm = settings.role("vlm")
+        vlm = settings.role(VLM_ROLE)
         backend = {"model_backend": vlm.backend, "model": vlm.model, "base_url": vlm.base_url} \
             if vlm.backend in ("openai", "transformers") else {}
         return {"source": {"images_dir": str(default_images_dir(settings))},
@@ -410,9 +413,10 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
 
         def vlm() -> VlmBackend:
             # Built on first use: resuming a finished run, or summarising it, never loads the model.
-            return make_vlm_backend(settings, backend=root.model_backend, model=root.model, base_url=root.base_url)
+            return for_role(VLM_ROLE, settings, {"backend": root.model_backend, "model": root.model,
+                                                "base_url": root.base_url}, interface="vision")
 
-        return {"vlm": vlm}
+        return {VLM_ROLE: vlm}
 
 
 def session_params(params: SessionParams) -> DdiParams:

@@ -21,9 +21,17 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from medeval_core.backends.vlm import NOT_CONFIGURED_MESSAGE, VlmBackend, greedy_settings, make_vlm_backend
+from medeval_core.backends.vlm import VlmBackend, greedy_settings
 from medeval_core.benchmark import CaseContext
+from medeval_core.benchmarks.ddi import JUDGE_ROLE, VLM_ROLE
 from medeval_core.benchmarks.ddi.images import ValidatedImage
+from medeval_core.benchmarks.ddi.judge import (
+    DdiJudge,
+    DdiJudgeItem,
+    OfflineDdiJudge,
+    make_ddi_judge,
+    request_settings,
+)
 from medeval_core.benchmarks.ddi.params import DdiParams, SessionParams
 from medeval_core.benchmarks.ddi.tasks import (
     DEFAULT_LABELS,
@@ -35,8 +43,8 @@ from medeval_core.benchmarks.ddi.tasks import (
     prompt_for,
     score_label,
 )
-from medeval_core.judges.ddi import DdiJudge, DdiJudgeItem, JudgeError, attempt_recorder, make_ddi_judge
-from medeval_core.judges.offline import OfflineDdiJudge
+from medeval_core.judges.base import JudgeError, attempt_recorder
+from medeval_core.models import for_role, is_served, not_configured
 from medeval_core.prompts import load_labels
 from medeval_core.records import CaseOutcome, utc_now
 from medeval_core.sessions import Session
@@ -133,7 +141,7 @@ def final_diagnosis(response: str, mode: Mode, settings: Settings, labels: Seque
     """The diagnosis the response settles on, for display (the judge's own extraction is shown when it ran)."""
     if mode == "classification" and labels is not None:
         return match_label(response, labels).label or NO_LABEL
-    found = OfflineDdiJudge.from_settings(settings).extract(response)
+    found = OfflineDdiJudge.from_settings(settings).rules.extract(response)
     return found.text if found is not None else ""
 
 
@@ -244,22 +252,22 @@ class ModelSetup(BaseModel):
 
 
 def model_setup(settings: Settings) -> ModelSetup:
-    choice = settings.role("vlm")
-    configured = choice.backend in ("transformers", "openai") and bool(choice.model) and (
-        choice.backend != "openai" or bool(choice.base_url))
+    choice = settings.role(VLM_ROLE)
+    configured = is_served(choice, "vision")
     where = f" at {choice.base_url}" if choice.backend == "openai" else ""
-    judge = settings.role("judge")
+    judge = settings.role(JUDGE_ROLE)
     judge_text = ("offline rules (no judge endpoint configured)" if judge.backend in ("offline", "none")
-                  else f"{judge.model} at {judge.base_url or settings.judge_settings('ddi').base_url}")
+                  else f"{judge.model} at {judge.base_url or request_settings(settings).base_url}")
     return ModelSetup(
         configured=configured, backend=choice.backend, model=choice.model,
-        message=f"{choice.backend} model {choice.model}{where}" if configured else NOT_CONFIGURED_MESSAGE,
+        message=(f"{choice.backend} model {choice.model}{where}" if configured
+                 else not_configured(VLM_ROLE, choice, "vision")),
         judge=judge_text,
     )
 
 
 def _loaded_backend(settings: Settings) -> VlmBackend:
-    backend = make_vlm_backend(settings)
+    backend = for_role(VLM_ROLE, settings, interface="vision")
     backend.describe()  # a local checkpoint loads here (then stays cached), so "loading" is its own stage
     return backend
 

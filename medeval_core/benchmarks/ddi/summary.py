@@ -14,9 +14,9 @@ from typing import Any
 from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
 from medeval_core.benchmarks.ddi.cases import SKIN_TONES, DdiCase
 from medeval_core.benchmarks.ddi.images import describe_refusals, refusal_counts
+from medeval_core.benchmarks.ddi.judge import accuracy_summary
 from medeval_core.benchmarks.ddi.params import DdiParams
 from medeval_core.benchmarks.ddi.tasks import NO_LABEL, canonical_label
-from medeval_core.judges.ddi import accuracy_summary
 from medeval_core.records import CaseResult
 
 TITLE = "DDI lesion diagnosis"

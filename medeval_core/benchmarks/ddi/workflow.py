@@ -9,16 +9,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from medeval_core import service
-from medeval_core.backends.vlm import greedy_settings, make_vlm_backend
+from medeval_core.backends.vlm import greedy_settings
+from medeval_core.benchmarks.ddi import JUDGE_ROLE, VLM_ROLE
 from medeval_core.benchmarks.ddi.benchmark import JUDGE_SCORER, LABEL_SCORER, load_responses
 from medeval_core.benchmarks.ddi.cases import CaseSource
+from medeval_core.benchmarks.ddi.judge import make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams
 from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, prompt_for
-from medeval_core.judges.ddi import make_ddi_judge
+from medeval_core.models import choice_for_role, for_role, with_role
 from medeval_core.prompts import load_labels
 from medeval_core.records import RunStatus
 from medeval_core.runner import ProgressCallback, RunReport
-from medeval_core.settings import GenerationSettings, Settings
+from medeval_core.settings import BackendChoice, GenerationSettings, Settings
 from medeval_core.store import Store, new_run_id
 
 BENCHMARK = "ddi"
@@ -54,13 +56,26 @@ def labels_for(mode: Mode, settings: Settings) -> list[str] | None:
     return load_labels(DEFAULT_LABELS, settings.prompts_dir) if mode == "classification" else None
 
 
+def vlm_choice(settings: Settings, request: RunRequest) -> BackendChoice:
+    """The tested model: the ``vlm`` role's backend with the command line's choice over it."""
+    return choice_for_role(VLM_ROLE, settings, {"backend": request.model_backend, "model": request.model,
+                                                "base_url": request.base_url})
+
+
+def judged_with(settings: Settings, stage: service.ScoreParams) -> Settings:
+    """The settings a judge score run stores: the ``judge`` role as the stage's options chose it."""
+    if stage.scorer != JUDGE_SCORER:
+        return settings
+    return with_role(settings, JUDGE_ROLE, choice_for_role(JUDGE_ROLE, settings, {
+        key: stage.options.get(key) for key in ("backend", "base_url", "model")}))
+
+
 def generate_params(settings: Settings, request: RunRequest) -> DdiParams:
     """The model run's parameters; the backend is validated now (a clear error before anything runs), and
     enough cases run at once to fill one batch on every model worker (constructing a backend loads nothing)."""
     labels = labels_for(request.mode, settings)
     generation = effective_generation(settings, request)
-    backend = make_vlm_backend(settings, backend=request.model_backend, model=request.model,
-                               base_url=request.base_url)
+    backend = for_role(VLM_ROLE, settings, vlm_choice(settings, request), interface="vision")
     source = CaseSource(images_dir=request.images, metadata=request.metadata, image_column=request.image_column,
                         reference_column=request.reference_column, limit=request.limit)
     return DdiParams(GenerateParams(
@@ -94,14 +109,17 @@ def run_ddi(settings: Settings, store: Store, request: RunRequest, judge: dict[s
     """Generate responses for every image, then judge them. With an existing ``run_id`` both runs continue."""
     model_run_id = run_id or new_run_id(BENCHMARK)
     params = generate_params(settings, request)
-    model_report = service.launch(BENCHMARK, params, settings, store, run_id=model_run_id,
+    # The run's settings record the backend its vlm role used (a resume reads it back from there).
+    model_settings = with_role(settings, VLM_ROLE, vlm_choice(settings, request))
+    model_report = service.launch(BENCHMARK, params, model_settings, store, run_id=model_run_id,
                                   label=label or f"DDI {request.mode}: model run", workers=request.workers,
                                   on_progress=on_progress)
     if model_report.status != RunStatus.COMPLETED:
         return model_report, None
     stored = DdiParams.model_validate(store.get_run(model_run_id).config["params"])
-    judge_report = service.score_run(model_run_id, score_params(settings, stored.mode, judge, stored.labels),
-                                     settings, store, run_id=f"{model_run_id}-judge",
+    stage = score_params(settings, stored.mode, judge, stored.labels)
+    judge_report = service.score_run(model_run_id, stage, judged_with(settings, stage), store,
+                                     run_id=f"{model_run_id}-judge",
                                      label=f"DDI {stored.mode}: judge of {model_run_id}", on_progress=on_progress)
     return model_report, judge_report
 
@@ -118,6 +136,7 @@ def judge_responses(settings: Settings, store: Store, responses_file: Path, mode
     responses_run = f"{judge_run_id}-responses"
     service.launch(BENCHMARK, params, settings, store, run_id=responses_run,
                    label=label or f"DDI {mode}: responses from {responses_file.name}")
-    return service.score_run(responses_run, score_params(settings, mode, judge, params.labels), settings, store,
-                             run_id=judge_run_id, label=label or f"DDI {mode}: judge of {responses_file.name}",
+    stage = score_params(settings, mode, judge, params.labels)
+    return service.score_run(responses_run, stage, judged_with(settings, stage), store, run_id=judge_run_id,
+                             label=label or f"DDI {mode}: judge of {responses_file.name}",
                              on_progress=on_progress)

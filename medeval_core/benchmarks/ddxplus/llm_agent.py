@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from medeval_core.backends.chat import ChatBackend, Message, json_object, make_chat_backend
+from medeval_core.backends.chat import ChatBackend, Message, json_object
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError, Intake, validate_differential
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer
+from medeval_core.models import for_role
 from medeval_core.settings import Settings
+
+CHAT_ROLE = "chat"
 
 PROMPT_VERSION = "ddxplus-llm-agent-v1"
 
@@ -58,12 +61,10 @@ class LLMAgent:
     @classmethod
     def from_settings(cls, kb: KnowledgeBase, settings: Settings, params: Mapping[str, Any]) -> LLMAgent:
         options = {key: params[key] for key in ("temperature", "max_tokens", "seed") if key in params}
-        choice = settings.role("chat")
-        if params.get("base_url") and params.get("model"):
-            # A resumed run keeps talking to the model it started with.
-            choice = choice.model_copy(update={"backend": "openai", "base_url": params["base_url"],
-                                               "model": params["model"]})
-        return cls(kb, make_chat_backend(choice, **options),
+        # A resumed run keeps talking to the model it started with (its agent parameters name it).
+        started_with = {"base_url": params["base_url"], "model": params["model"]} \
+            if params.get("base_url") and params.get("model") else None
+        return cls(kb, for_role(CHAT_ROLE, settings, started_with, **options),
                    max_questions=int(params.get("max_questions", MAX_QUESTIONS)),
                    max_invalid=int(params.get("max_invalid", 2)))
 
@@ -111,7 +112,7 @@ class LLMSession:
         """Ask the model for its next action until it is valid; fail after ``max_invalid`` corrections."""
         problem = ""
         for _ in range(self.agent.max_invalid + 1):
-            reply = self.agent.backend.complete(self.messages, on_call=self.on_call, role="chat")
+            reply = self.agent.backend.complete(self.messages, on_call=self.on_call, role=CHAT_ROLE)
             self.messages.append({"role": "assistant", "content": reply})
             try:
                 return self._parse(reply, allow_ask)

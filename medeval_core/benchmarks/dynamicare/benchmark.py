@@ -36,9 +36,9 @@ from medeval_core.benchmarks.dynamicare.scoring import (
     mapped_truth_methods,
     mapped_truth_note,
 )
-from medeval_core.benchmarks.mediq.benchmark import chat_backend, role_models
 from medeval_core.dialogue import Patient
 from medeval_core.icd9 import Icd9Mapper, make_mapper
+from medeval_core.models import for_role, require_served
 from medeval_core.records import CaseResult
 from medeval_core.settings import Settings
 
@@ -47,7 +47,8 @@ COMPLETED = "completed cases"
 
 
 def _backend_factory(role: str, settings: Settings, stored: Mapping[str, Any]) -> Callable[[], Any]:
-    return lambda: chat_backend(role, settings, stored)
+    """``role``'s backend, built on first use (an older run's ``models`` named the one it started with)."""
+    return lambda: for_role(role, settings, stored.get(role))
 
 
 class DynamicareSolver:
@@ -182,6 +183,6 @@ def build_params(settings: Settings, cases: str | Path, doctor: str, actions: st
     given = {key: value for key, value in options.items() if value is not None}
     roles = (["doctor"] if doctor in ("llm", "team") else []) + \
         (["patient"] if given.get("patient") == "llm" else []) + (["coder"] if given.get("mapper") == "llm" else [])
+    require_served(settings, roles, error=BenchmarkError)
     return DynamicareParams(cases=str(Path(cases).resolve()), doctor=doctor,  # type: ignore[arg-type]
-                            actions=str(Path(actions).resolve()) if actions else None,
-                            models=role_models(settings, roles), **given)
+                            actions=str(Path(actions).resolve()) if actions else None, **given)

@@ -154,14 +154,14 @@ def _import_agentclinic(args: argparse.Namespace) -> int:
 
     backend = None
     if args.mapper == "llm":
-        from medeval_core.backends.chat import ChatBackendError, make_chat_backend
+        from medeval_core.backends.chat import ChatBackendError
         from medeval_core.context import current_settings
+        from medeval_core.models import for_role
 
         try:
-            backend = make_chat_backend(current_settings().role("coder"))
-        except ChatBackendError:
-            raise CommandError("No coder model is configured: set MEDEVAL_CODER_BASE_URL and "
-                               "MEDEVAL_CODER_MODEL, or use --mapper exact.") from None
+            backend = for_role("coder", current_settings())
+        except ChatBackendError as exc:
+            raise CommandError(f"{exc} Or use --mapper exact.") from None
     sources = _sources(args)
     for _, path in sources:
         if not path.is_file():

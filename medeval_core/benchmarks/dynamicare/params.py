@@ -27,4 +27,7 @@ class DynamicareParams(LineFileParams):
                                    description="offline patient: the least similarity of a field given")
     max_fields: int = Field(default=DEFAULT_MAX_FIELDS, ge=1, le=20, description="offline patient: fields per answer")
     limit: int | None = Field(default=None, ge=1, description="only the first N valid records")
-    models: dict[str, Any] = Field(default_factory=dict, description="the LLM roles' backends at launch")
+    models: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"in_form": False},
+        description="older runs only: the LLM roles' backends at launch (a run now keeps them once, in its stored "
+                    "settings)")

@@ -25,39 +25,12 @@ from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient, LLMPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
 from medeval_core.dialogue import Patient
+from medeval_core.models import for_role, require_served
 from medeval_core.records import CaseResult
-from medeval_core.settings import BackendChoice, Settings
+from medeval_core.settings import Settings
 
 SCORER = "mediq-accuracy"
 COMPLETED = "completed cases"
-
-
-def chat_backend(role: str, settings: Settings, stored: Mapping[str, Any]) -> Any:
-    """The chat backend of ``role``: the one the run started with (``stored``), else the configured one."""
-    from medeval_core.backends.chat import make_chat_backend
-
-    choice: BackendChoice = settings.role(role)
-    if stored.get(role):
-        choice = choice.model_copy(update={"backend": "openai", **stored[role]})
-    return make_chat_backend(choice)
-
-
-def role_models(settings: Settings, roles: Sequence[str]) -> dict[str, Any]:
-    """What a run stores of the roles it uses (endpoint and model, never a key); unconfigured roles fail here
-    with the message that says how to configure them."""
-    from medeval_core.backends.chat import ChatBackendError, make_chat_backend
-
-    stored: dict[str, Any] = {}
-    for role in roles:
-        choice = settings.role(role)
-        try:
-            make_chat_backend(choice)
-        except ChatBackendError:
-            key = role.upper().replace("-", "_")
-            raise BenchmarkError(f"No {role} model is configured: set MEDEVAL_{key}_BASE_URL (an OpenAI-compatible "
-                                 f"endpoint ending in /v1) and MEDEVAL_{key}_MODEL.") from None
-        stored[role] = {"base_url": choice.base_url, "model": choice.model}
-    return stored
 
 
 class MediqSolver:
@@ -153,9 +126,9 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
     def models(self, params: MediqParams, settings: Settings) -> dict[str, Callable[[], Any]]:
         factories: dict[str, Callable[[], Any]] = {}
         if params.expert == "llm":
-            factories["expert"] = lambda: chat_backend("expert", settings, params.models)
+            factories["expert"] = lambda: for_role("expert", settings, params.models.get("expert"))
         if params.patient == "llm":
-            factories["patient"] = lambda: chat_backend("patient", settings, params.models)
+            factories["patient"] = lambda: for_role("patient", settings, params.models.get("patient"))
         return factories
 
     def summarize(self, params: MediqParams, cases: Sequence[MediqCase],
@@ -183,14 +156,15 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
 
 def build_params(settings: Settings, cases: str | Path, expert: str, actions: str | Path | None = None,
                  **options: Any) -> MediqParams:
-    """The params of a run with absolute paths and the LLM roles it talks to (a resume keeps them)."""
+    """The params of a run with absolute paths; the LLM roles it talks to must be served (the run keeps their
+    backends in its stored settings, which a resume reads back)."""
     if not Path(cases).is_file():
         raise BenchmarkError(f"{cases} does not exist; give a MEDIQ JSON Lines file "
                              "(e.g. MEDEVAL_DATA_DIR/mediq/imedqa_sample200.jsonl).")
     if actions is not None and not Path(actions).is_file():
         raise BenchmarkError(f"{actions} does not exist; give the replay actions JSON Lines file.")
     given = {key: value for key, value in options.items() if value is not None}
-    roles = (["expert"] if expert == "llm" else []) + (["patient"] if given.get("patient") == "llm" else [])
+    require_served(settings, (["expert"] if expert == "llm" else []) +
+                   (["patient"] if given.get("patient") == "llm" else []), error=BenchmarkError)
     return MediqParams(cases=str(Path(cases).resolve()), expert=expert,  # type: ignore[arg-type]
-                       actions=str(Path(actions).resolve()) if actions else None,
-                       models=role_models(settings, roles), **given)
+                       actions=str(Path(actions).resolve()) if actions else None, **given)

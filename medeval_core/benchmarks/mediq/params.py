@@ -28,4 +28,7 @@ class MediqParams(LineFileParams):
                                         "correct option's text (MediQ's patient gives them: off by default)")
     limit: int | None = Field(default=None, ge=1, description="only the first N valid cases")
     baseline: bool = Field(default=True, description="also ask the expert without questions (accuracy beside)")
-    models: dict[str, Any] = Field(default_factory=dict, description="the LLM roles' backends at launch")
+    models: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"in_form": False},
+        description="older runs only: the LLM roles' backends at launch (a run now keeps them once, in its stored "
+                    "settings)")

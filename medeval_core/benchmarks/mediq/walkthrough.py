@@ -158,13 +158,13 @@ def uncovered_facts(walk: Walkthrough) -> list[str]:
 
 def expert_consultation(settings: Settings, walk: Walkthrough) -> MediqOutput:
     """What the LLM expert (role ``expert``) does on the same case with the same offline patient, in memory."""
-    from medeval_core.backends.chat import ChatBackendError, ReplyFormatError, make_chat_backend
+    from medeval_core.backends.chat import ChatBackendError, ReplyFormatError
+    from medeval_core.models import for_role
 
     try:
-        backend = make_chat_backend(settings.role("expert"))
-    except ChatBackendError:
-        raise WalkthroughError("No expert model is configured: set MEDEVAL_EXPERT_BASE_URL (an OpenAI-compatible "
-                               "endpoint ending in /v1) and MEDEVAL_EXPERT_MODEL to see what it would ask.") from None
+        backend = for_role("expert", settings)
+    except ChatBackendError as exc:
+        raise WalkthroughError(str(exc)) from None
     ctx = RecordingContext(walk.id, walk.case.case_id, 0, settings, ModelRoles())
     try:
         return consult(LLMExpert(backend), walk.case, walk.consultation.patient, ctx,

@@ -76,6 +76,7 @@ from medeval_core.benchmarks.sdbench.judge import (
     judgement,
 )
 from medeval_core.interaction import Episode, Limits
+from medeval_core.models import for_role, is_served
 from medeval_core.prompts import load_prompt
 from medeval_core.records import CaseResult
 from medeval_core.settings import Settings
@@ -111,8 +112,10 @@ class SDBenchParams(LineFileParams):
     max_turns: int | None = Field(default=None, ge=1, description="question and test turns before the diagnosis")
     max_cost: float | None = Field(default=None, ge=0, description="budget in dollars before the diagnosis")
     model_args: dict[str, Any] = Field(default_factory=dict, description="merged into each agent request")
-    models: dict[str, dict[str, Any]] = Field(default_factory=dict,
-                                              description="the backend serving each model role the run uses")
+    models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, json_schema_extra={"in_form": False},
+        description="older runs only: the backend of each role they used (a run now keeps them once, in its "
+                    "stored settings)")
 
 
 class TurnRecord(BaseModel):
@@ -227,22 +230,10 @@ class Resources:
         return self._pricer
 
 
-def chat_backend(settings: Settings, role: str, request_options: Mapping[str, Any] | None = None) -> Any:
-    """The OpenAI-compatible chat backend serving ``role`` (a ChatBackendError says how to configure it)."""
-    from medeval_core.backends.chat import make_chat_backend
-
-    choice = settings.role(role)
-    if choice.backend != "openai":
-        from medeval_core.backends.chat import ChatBackendError
-
-        raise ChatBackendError(f"No model serves the {role} role: set MEDEVAL_{role.upper().replace('-', '_')}"
-                               "_BASE_URL (an OpenAI-compatible endpoint ending in /v1) and _MODEL.")
-    return make_chat_backend(choice, request_options=dict(request_options or {}))
-
-
-def role_configured(settings: Settings, role: str) -> bool:
-    choice = settings.role(role)
-    return choice.backend == "openai" and bool(choice.base_url and choice.model)
+def uses_pricing_model(params: SDBenchParams, settings: Settings) -> bool:
+    """Whether tests missing from the price table are priced by the pricing role's model: when a model serves
+    that role (older runs named it in their ``models``)."""
+    return PRICING_ROLE in params.models or is_served(settings.role(PRICING_ROLE))
 
 
 def build_gatekeeper(kind: str, case: SDBenchCase, res: Resources, ctx: CaseContext) -> Gatekeeper:
@@ -271,7 +262,7 @@ class EpisodeSolver:
 
     def __call__(self, case: SDBenchCase, ctx: CaseContext) -> SDBenchOutput:
         params = self.res.params
-        pricing = (lambda: ctx.model(PRICING_ROLE)) if PRICING_ROLE in params.models else None
+        pricing = (lambda: ctx.model(PRICING_ROLE)) if uses_pricing_model(params, self.res.settings) else None
         environment = CaseEnvironment(case, build_gatekeeper(params.gatekeeper, case, self.res, ctx),
                                       self.res.pricer(pricing))
         limits = Limits(max_turns=params.max_turns, max_cost=params.max_cost)
@@ -377,13 +368,13 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
     def models(self, params: SDBenchParams, settings: Settings) -> dict[str, Callable[[], Any]]:
         factories: dict[str, Callable[[], Any]] = {}
         if params.agent == "llm":
-            factories[AGENT_ROLE] = lambda: chat_backend(settings, AGENT_ROLE, params.model_args)
+            factories[AGENT_ROLE] = lambda: for_role(AGENT_ROLE, settings, request_options=dict(params.model_args))
         if params.gatekeeper == "llm":
-            factories[GATEKEEPER_ROLE] = lambda: chat_backend(settings, GATEKEEPER_ROLE)
+            factories[GATEKEEPER_ROLE] = lambda: for_role(GATEKEEPER_ROLE, settings)
         if params.judge == "llm":
-            factories[JUDGE_ROLE] = lambda: chat_backend(settings, JUDGE_ROLE)
-        if PRICING_ROLE in params.models:
-            factories[PRICING_ROLE] = lambda: chat_backend(settings, PRICING_ROLE)
+            factories[JUDGE_ROLE] = lambda: for_role(JUDGE_ROLE, settings)
+        if uses_pricing_model(params, settings):
+            factories[PRICING_ROLE] = lambda: for_role(PRICING_ROLE, settings)
         return factories
 
     def solver(self, params: SDBenchParams, settings: Settings,
@@ -392,7 +383,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
 
     def judge(self, kind: str, settings: Settings) -> LLMJudge | OfflineJudge:
         if kind == "llm":
-            return LLMJudge.from_backend(chat_backend(settings, JUDGE_ROLE), settings.prompts_dir)
+            return LLMJudge.from_backend(for_role(JUDGE_ROLE, settings), settings.prompts_dir)
         try:
             return OfflineJudge.from_file(settings.prompts_dir)
         except JudgeFailure as exc:
@@ -401,7 +392,7 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
     def scorers(self, params: SDBenchParams,
                 settings: Settings) -> Sequence[Scorer[SDBenchCase, SDBenchOutput]]:
         res = self.resources(params, settings)
-        pricing = (lambda: chat_backend(settings, PRICING_ROLE)) if PRICING_ROLE in params.models else None
+        pricing = (lambda: for_role(PRICING_ROLE, settings)) if uses_pricing_model(params, settings) else None
         return (JudgeScorer(self.judge(params.judge, settings)), CostScorer(res.pricer(pricing)))
 
     def scorer(self, name: str, options: Mapping[str, Any],

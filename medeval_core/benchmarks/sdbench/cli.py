@@ -66,33 +66,27 @@ class SDBenchCli(BenchmarkCli):
         parser.add_argument("--model-args", default="{}", help="JSON object merged into each agent request")
 
     def run_params(self, args: argparse.Namespace, settings: Settings) -> BaseModel:
-        from medeval_core.benchmarks.sdbench import AGENT_ROLE, GATEKEEPER_ROLE, JUDGE_ROLE, PRICING_ROLE
-        from medeval_core.benchmarks.sdbench.benchmark import SDBenchParams, default_prices, role_configured
+        from medeval_core.benchmarks.sdbench import AGENT_ROLE, GATEKEEPER_ROLE, JUDGE_ROLE
+        from medeval_core.benchmarks.sdbench.benchmark import SDBenchParams, default_prices
+        from medeval_core.models import is_served, require_served
 
         if args.limit is not None and args.limit < 1:
             raise CommandError("--limit must be at least 1.")
         if args.agent == "replay" and args.actions is None:
             raise CommandError("--agent replay needs --actions FILE (one JSON line of actions per case).")
         gatekeeper: Literal["llm", "offline"] = args.gatekeeper or (
-            "llm" if role_configured(settings, GATEKEEPER_ROLE) else "offline")
-        judge: Literal["llm", "offline"] = args.judge or ("llm" if role_configured(settings, JUDGE_ROLE) else "offline")
-        roles = [role for role, used in ((AGENT_ROLE, args.agent == "llm"), (GATEKEEPER_ROLE, gatekeeper == "llm"),
-                                         (JUDGE_ROLE, judge == "llm"),
-                                         (PRICING_ROLE, role_configured(settings, PRICING_ROLE))) if used]
-        for role in roles:
-            if not role_configured(settings, role):
-                key = role.upper().replace("-", "_")
-                raise CommandError(f"No model serves the {role} role: set MEDEVAL_{key}_BASE_URL and "
-                                   f"MEDEVAL_{key}_MODEL, or choose the offline option.")
-        models = {role: {"backend": settings.role(role).backend, "model": settings.role(role).model,
-                         "base_url": settings.role(role).base_url} for role in roles}
+            "llm" if is_served(settings.role(GATEKEEPER_ROLE)) else "offline")
+        judge: Literal["llm", "offline"] = args.judge or ("llm" if is_served(settings.role(JUDGE_ROLE)) else "offline")
+        require_served(settings, [role for role, used in ((AGENT_ROLE, args.agent == "llm"),
+                                                          (GATEKEEPER_ROLE, gatekeeper == "llm"),
+                                                          (JUDGE_ROLE, judge == "llm")) if used], error=CommandError)
         prices = _existing(args.prices, "a price table CSV") or str(default_prices(settings).resolve())
         return SDBenchParams(
             cases=_existing(args.cases, "an SDBench case file") or "", agent=args.agent,
             actions=_existing(args.actions, "an actions JSON Lines file"), gatekeeper=gatekeeper,
             interpretation=args.interpretation, judge=judge,
             prices=prices, split=args.split, limit=args.limit, case_ids=args.case_ids, max_turns=args.max_turns,
-            max_cost=args.max_cost, model_args=_json_object(args.model_args, "--model-args"), models=models,
+            max_cost=args.max_cost, model_args=_json_object(args.model_args, "--model-args"),
             repetitions=args.repetitions or 1, **({"workers": args.workers} if args.workers else {}))
 
     def register(self, groups: CommandGroups) -> None:

@@ -4,7 +4,7 @@ counting as correct.
 
 - ``LLMJudge``: the ``sdbench-judge`` chat model under ``prompts/sdbench_judge_system.txt``; it answers
   ``{"score": 1-5, "reasoning": "..."}``; an invalid answer is asked again once, then the case fails.
-- ``OfflineJudge``: the rubric as rules over canonical word sets (the offline DDI judge's ``Vocabulary`` with
+- ``OfflineJudge``: the rubric as rules over canonical word sets (the core's offline rules' ``Vocabulary`` with
   ``prompts/sdbench_offline_synonyms.json``: normalisation, abbreviations, synonyms); a reference with an
   abbreviation or alternative in parentheses is matched against each name.
 Each judge's scores are stored under its own metric names (``llm_judge_*``, ``offline_judge_*``) and judge name,

@@ -28,11 +28,9 @@ from medeval_core.benchmarks.sdbench.benchmark import (
     SDBenchOutput,
     SDBenchParams,
     build_gatekeeper,
-    chat_backend,
     default_prices,
     open_episode,
     output_of,
-    role_configured,
 )
 from medeval_core.benchmarks.sdbench.cases import SDBenchCase
 from medeval_core.benchmarks.sdbench.gatekeeper import (
@@ -47,6 +45,7 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
 )
 from medeval_core.benchmarks.sdbench.judge import CLINICIAN_JUDGE, Grade, judgement
 from medeval_core.interaction import Episode, EpisodeError, Limits
+from medeval_core.models import for_role, is_served
 from medeval_core.records import CaseOutcome, CaseResult, Judgement
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
@@ -76,12 +75,9 @@ def page_params(settings: Settings, cases: Path, case_id: str | None = None) -> 
         raise WalkthroughError(str(exc)) from None
     return SDBenchParams(
         cases=str(Path(cases).resolve()), agent="person", prices=str(prices.resolve()),
-        gatekeeper="llm" if role_configured(settings, GATEKEEPER_ROLE) else "offline",
-        judge="llm" if role_configured(settings, JUDGE_ROLE) else "offline",
-        case_ids=[case_id] if case_id else None,
-        models={role: {"backend": settings.role(role).backend, "model": settings.role(role).model,
-                       "base_url": settings.role(role).base_url}
-                for role in (GATEKEEPER_ROLE, JUDGE_ROLE) if role_configured(settings, role)})
+        gatekeeper="llm" if is_served(settings.role(GATEKEEPER_ROLE)) else "offline",
+        judge="llm" if is_served(settings.role(JUDGE_ROLE)) else "offline",
+        case_ids=[case_id] if case_id else None)
 
 
 def _benchmark() -> SDBenchBenchmark:
@@ -129,9 +125,9 @@ class _Restoring:
 def _models(settings: Settings, params: SDBenchParams) -> dict[str, Any]:
     models: dict[str, Any] = {}
     if params.gatekeeper == "llm":
-        models[GATEKEEPER_ROLE] = lambda: chat_backend(settings, GATEKEEPER_ROLE)
+        models[GATEKEEPER_ROLE] = lambda: for_role(GATEKEEPER_ROLE, settings)
     if params.judge == "llm":
-        models[JUDGE_ROLE] = lambda: chat_backend(settings, JUDGE_ROLE)
+        models[JUDGE_ROLE] = lambda: for_role(JUDGE_ROLE, settings)
     return models
 
 
