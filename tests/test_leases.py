@@ -19,7 +19,6 @@ import pytest
 from sqlalchemy import text
 
 from medeval_core import service, workers
-from medeval_core import store as store_module
 from medeval_core.benchmark import CaseContext
 from medeval_core.records import (
     Case,
@@ -34,6 +33,7 @@ from medeval_core.records import (
 from medeval_core.runner import BatchRunner
 from medeval_core.settings import load_settings
 from medeval_core.store import QueueKeys, RunWorkerRow, Store, open_store
+from medeval_core.store import leases as store_module
 from tests.support.counting_benchmark import CountingParams, make_cases
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,8 +4,7 @@ checkpoint folder, one of them the role's default.
 
 Never a key: ``api_key_env`` must look like a variable name, so a pasted key is refused. The defaults are read by
 ``context.current_settings`` between ``configs/backends.json`` and the ``MEDEVAL_<ROLE>_*`` variables, which
-still win (README: "Models").
-"""
+still win (README: "Models")."""
 
 from __future__ import annotations
 
