@@ -13,7 +13,7 @@ from sqlmodel import SQLModel  # noqa: F401 - tests and migrations reach the met
 
 from medeval_core.errors import DuplicateResultError, StoreError
 from medeval_core.store.annotations import AnnotationStore
-from medeval_core.store.cache import CacheStore
+from medeval_core.store.cache import CacheEntryRow, CacheStore
 from medeval_core.store.engine import make_engine, redact_url
 from medeval_core.store.judge_budget import JudgeBudgetSlotRow  # noqa: F401 - its table joins the metadata
 from medeval_core.store.leases import HOST, LeaseStore, QueueKeys
@@ -29,7 +29,6 @@ from medeval_core.store.tables import (
     ModelCallRow,
     RunRow,
     RunWorkerRow,
-    TestPriceRow,
     TurnRow,
 )
 from medeval_core.store.traces import TraceStore
@@ -40,9 +39,25 @@ class Store(LeaseStore, ResultStore, TraceStore, AnnotationStore, CacheStore):
 
 
 __all__ = [
-    "HOST", "AnnotationRow", "CaseLeaseRow", "CaseResultRow", "DuplicateResultError", "JudgementRow", "ModelCallRow",
-    "QueueKeys", "RunRow", "RunWorkerRow", "Store", "StoreError", "TestPriceRow", "TurnRow", "make_engine",
-    "new_run_id", "open_store", "redact_url", "upgrade",
+    "HOST",
+    "AnnotationRow",
+    "CacheEntryRow",
+    "CaseLeaseRow",
+    "CaseResultRow",
+    "DuplicateResultError",
+    "JudgementRow",
+    "ModelCallRow",
+    "QueueKeys",
+    "RunRow",
+    "RunWorkerRow",
+    "Store",
+    "StoreError",
+    "TurnRow",
+    "make_engine",
+    "new_run_id",
+    "open_store",
+    "redact_url",
+    "upgrade",
 ]
 
 # The annotation tables join SQLModel's metadata here, so every Store creates and checks them.

@@ -222,8 +222,8 @@ QueueKey = tuple[str, int, int | None]
 """(case id, repetition, claim group) of one case of a wave."""
 
 QUEUE_CHUNK = 5000
-"""Keys given lease rows at a time: a claim that writes a chunk costs a few milliseconds, where the whole DDXPlus
-test split (134,529 rows) would cost the run's start about half a second."""
+"""Keys given lease rows at a time: a claim that writes a chunk costs a few milliseconds, where a whole
+test split of 134,529 cases would cost the run's start about half a second."""
 
 
 class QueueKeys:

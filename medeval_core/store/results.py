@@ -243,8 +243,8 @@ def _insert_rows(connection: Connection, table: Table, rows: Sequence[dict[str, 
     dialect = connection.dialect
     keys = list(rows[0])
     processors = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
-    # Column by column: one map per column type instead of a generator step per value (a DDXPlus run writes ten
-    # turns per patient, and this loop was a tenth of its case phase).
+    # Column by column: one map per column type instead of a generator step per value (a dialogue benchmark writes
+    # ten turns per case, and this loop was a tenth of its case phase).
     by_column = []
     for key, process in zip(keys, processors, strict=True):
         column = [row[key] for row in rows]

@@ -1,5 +1,5 @@
-"""The tables of runs and what they record: results, turns, judgements, model calls, annotations, case leases,
-workers and cached prices."""
+"""The tables of runs and what they record: results, turns, judgements, model calls, annotations, case leases
+and workers."""
 
 from __future__ import annotations
 
@@ -172,18 +172,3 @@ class RunWorkerRow(SQLModel, table=True):
     heartbeat_at: datetime = Field(default_factory=utc_now)
     expires_at: datetime = Field(default_factory=utc_now)
     finished_at: datetime | None = None
-
-
-class TestPriceRow(SQLModel, table=True):
-    """A priced test name (SDBench costing), cached per (method, model, name) so that re-costing reuses it."""
-
-    __tablename__ = "test_prices"
-    __table_args__ = (UniqueConstraint("method", "model", "name", name="uq_test_price"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    method: str
-    model: str
-    name: str
-    price: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    created_at: datetime = Field(default_factory=utc_now)
-
