@@ -1,5 +1,10 @@
 """The SQLModel tables and the only code that opens database sessions.
 
+``Store`` is the union of the store's concerns, each in a module of its own: ``runs``, ``leases`` (case leases
+and workers), ``results``, ``traces`` (turns, judgements, model calls), ``annotations``, ``cache`` (a key-value
+cache any benchmark may keep under its own namespace); ``tables`` holds the run-record tables and ``engine`` the
+engine, sessions and write transactions they share.
+
 SQLite (WAL, foreign keys on) is the default; any SQLAlchemy URL works through ``MEDEVAL_DB_URL``. The unique
 key on (run, case, repetition) is what makes resume idempotent: a finished case can never be written twice.
 The schema is under Alembic (``migrations/``): opening a ``Store`` upgrades an older database to head, keeping

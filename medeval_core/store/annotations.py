@@ -14,6 +14,8 @@ from medeval_core.store.tables import (
 
 
 class AnnotationStore(StoreBase):
+    """Annotators' answers."""
+
     def add_annotation(self, annotation: Annotation) -> AnnotationRow:
         row = AnnotationRow(**annotation.model_dump())
         with self._write_lock, self.session() as session:

@@ -29,6 +29,8 @@ class CacheEntryRow(SQLModel, table=True):
 
 
 class CacheStore(StoreBase):
+    """The key-value cache."""
+
     def cached(self, namespace: str, key: str) -> dict[str, Any] | None:
         """The value cached under ``key`` of ``namespace``, or None."""
         statement = select(CacheEntryRow.value).where(CacheEntryRow.namespace == namespace, CacheEntryRow.key == key)

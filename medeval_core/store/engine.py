@@ -111,12 +111,12 @@ class StoreBase:
             if self.engine.dialect.name == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             elif lock_run is not None:
-                runs = _table(RunRow)
+                runs = core_table(RunRow)
                 connection.execute(select(runs.c.id).where(runs.c.id == lock_run).with_for_update(key_share=True))
             yield connection
 
 
-def _table(model: type[SQLModel]) -> Table:
+def core_table(model: type[SQLModel]) -> Table:
     """A table model's Core table (SQLModel sets ``__table__`` at class creation; typing does not know it)."""
     return model.__table__  # type: ignore[attr-defined]
 

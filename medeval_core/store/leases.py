@@ -21,7 +21,7 @@ from medeval_core.records import (
     RunStatus,
     utc_now,
 )
-from medeval_core.store.engine import _table
+from medeval_core.store.engine import core_table
 from medeval_core.store.runs import RunStore
 from medeval_core.store.tables import (
     CaseLeaseRow,
@@ -32,6 +32,12 @@ from medeval_core.store.tables import (
 
 
 class LeaseStore(RunStore):
+    """Every process executing a run is a worker (a row in run_workers with a heartbeat). The run's work is a queue
+    of lease rows; workers claim rows in queue order, extend their claims with the heartbeat, and mark them done
+    with the results. An expired claim (its worker stopped heart-beating) is claimable again. A wave starts as
+    its length alone (runs.queue_total); claims give its keys rows a chunk at a time (runs.queue_cursor), so a
+    run of 134,529 cases starts without writing 134,529 rows."""
+
     def request_cancel(self, run_id: str) -> RunRow:
         """Ask a running run (in any process) to stop after its in-flight cases; it then marks itself cancelled."""
         row = self.get_run(run_id)
@@ -41,20 +47,13 @@ class LeaseStore(RunStore):
             return self.update_run(run_id, status=RunStatus.CANCELLED, finished_at=utc_now())
         return self.update_run(run_id, status=RunStatus.CANCELLING)
 
-    # Case leases and workers ----------------------------------------------------------------------------------
-    # Every process executing a run is a worker (a row in run_workers with a heartbeat). The run's work is a queue
-    # of lease rows; workers claim rows in queue order, extend their claims with the heartbeat, and mark them done
-    # with the results. An expired claim (its worker stopped heart-beating) is claimable again. A wave starts as
-    # its length alone (runs.queue_total); claims give its keys rows a chunk at a time (runs.queue_cursor), so a
-    # run of 134,529 cases starts without writing 134,529 rows.
-
     def join_run(self, run_id: str, worker: RunWorkerRow, keys: QueueKeys, run_changes: dict[str, Any]) -> bool:
         """Register ``worker`` on the run. When no other worker is alive, start a new wave: the run's queue becomes
         every key of ``keys`` without a finished (ok) result, in that order (failed cases are retried), and
         ``run_changes`` are applied to the run. The queue is recorded as its length only: ``claim_cases`` writes
         its lease rows a chunk at a time. Returns whether this worker started the wave (else it joins the wave in
         progress)."""
-        workers, leases, runs = _table(RunWorkerRow), _table(CaseLeaseRow), _table(RunRow)
+        workers, leases, runs = core_table(RunWorkerRow), core_table(CaseLeaseRow), core_table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
             alive = _alive_workers(connection, run_id)
             connection.execute(workers.insert(), [worker.model_dump()])
@@ -78,7 +77,7 @@ class LeaseStore(RunStore):
         claims write every remaining key at once, so a claim group is never split between rows written and keys
         not yet written (a claim would take the group's written part and another worker the rest)."""
         now = utc_now()
-        leases = _table(CaseLeaseRow)
+        leases = core_table(CaseLeaseRow)
         is_free = (leases.c.run_id == run_id, leases.c.done == false(),
                    or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
         column = leases.c.claim_group if grouped else leases.c.id
@@ -123,7 +122,7 @@ class LeaseStore(RunStore):
         is taken with a transaction-scoped advisory try-lock on (run, group), never a wait, so two workers never
         split a group or deadlock over its rows (row locks on part of a group would); SQLite's claims are
         serialised already."""
-        leases = _table(CaseLeaseRow)
+        leases = core_table(CaseLeaseRow)
         first = select(leases.c.claim_group).where(*is_free).order_by(leases.c.id).limit(limit)
         groups = list(dict.fromkeys(connection.execute(first).scalars()))
         if connection.dialect.name != "postgresql" or not groups:
@@ -136,7 +135,7 @@ class LeaseStore(RunStore):
         """The worker is alive: its row and its undone claims expire ``lease_s`` seconds from now."""
         now = utc_now()
         expires = now + timedelta(seconds=lease_s)
-        workers, leases = _table(RunWorkerRow), _table(CaseLeaseRow)
+        workers, leases = core_table(RunWorkerRow), core_table(CaseLeaseRow)
         with self._write_lock, self.engine.begin() as connection:
             connection.execute(workers.update().where(workers.c.id == worker_id).values(
                 heartbeat_at=now, expires_at=expires))
@@ -145,13 +144,13 @@ class LeaseStore(RunStore):
 
     def release_cases(self, worker_id: str) -> None:
         """Give back the worker's undone claims (a cancel or a stop): other workers may claim them at once."""
-        leases = _table(CaseLeaseRow)
+        leases = core_table(CaseLeaseRow)
         with self._write_lock, self.engine.begin() as connection:
             connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
                                .values(worker_id=None, expires_at=None))
 
     def finish_worker(self, worker_id: str) -> None:
-        workers = _table(RunWorkerRow)
+        workers = core_table(RunWorkerRow)
         with self._write_lock, self.engine.begin() as connection:
             connection.execute(workers.update().where(workers.c.id == worker_id).values(finished_at=utc_now()))
 
@@ -177,7 +176,7 @@ class LeaseStore(RunStore):
         is left undone, its keys without lease rows included; "alone": no worker is alive), write ``final()`` (its
         status with its summary and finish time) and close the wave (its lease rows dropped), all in one
         transaction: a run is never left finished without its summary. Returns whether it was written."""
-        leases, runs = _table(CaseLeaseRow), _table(RunRow)
+        leases, runs = core_table(CaseLeaseRow), core_table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
             left = _queued(connection, run_id) if when == "drained" else len(_alive_workers(connection, run_id))
             if left:
@@ -210,7 +209,7 @@ def _process_exists(pid: int) -> bool:
 def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Row[Any]]:
     """Workers whose heartbeat is within their lease, less those on this host whose process is gone (a SIGKILLed
     worker here is dead at once, not only when its lease runs out)."""
-    workers = _table(RunWorkerRow)
+    workers = core_table(RunWorkerRow)
     statement = workers.select().where(workers.c.finished_at.is_(None), workers.c.expires_at > utc_now())
     if run_id is not None:
         statement = statement.where(workers.c.run_id == run_id)
@@ -258,14 +257,14 @@ class QueueKeys:
 
 def _unwritten_keys(connection: Connection, run_id: str) -> int:
     """How many keys of the run's wave have no lease row yet."""
-    runs = _table(RunRow)
+    runs = core_table(RunRow)
     row = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).first()
     # A wave opened before lazily written queues (both unset) has every row written.
     return 0 if row is None or row.queue_total is None else row.queue_total - (row.queue_cursor or 0)
 
 
 def _queued(connection: Connection, run_id: str) -> int:
-    leases = _table(CaseLeaseRow)
+    leases = core_table(CaseLeaseRow)
     undone = connection.execute(select(func.count()).select_from(leases).where(
         leases.c.run_id == run_id, leases.c.done == false())).scalar()
     return int(undone or 0) + _unwritten_keys(connection, run_id)
@@ -274,7 +273,7 @@ def _queued(connection: Connection, run_id: str) -> int:
 def _write_queue_chunk(connection: Connection, run_id: str, keys: QueueKeys, chunk: int) -> bool:
     """Give the wave's next ``chunk`` keys lease rows, less those with a finished (ok) result, and advance the
     run's cursor past them. The caller holds the run's lock. Returns False when no key was left to write."""
-    runs = _table(RunRow)
+    runs = core_table(RunRow)
     row = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).one()
     if row.queue_total is None or row.queue_cursor >= row.queue_total:
         return False
@@ -294,7 +293,7 @@ def _finished_among(connection: Connection, run_id: str, case_ids: list[str]) ->
         return {(case_id, rep) for case_id, rep in connection.exec_driver_sql(
             "SELECT case_id, repetition FROM case_results WHERE run_id = %s AND status = %s "
             "AND case_id = ANY(%s::varchar[])", (run_id, CaseStatus.OK.value, case_ids))}
-    results = _table(CaseResultRow)
+    results = core_table(CaseResultRow)
     finished: set[tuple[str, int]] = set()
     for start in range(0, len(case_ids), 900):
         finished.update((case_id, rep) for case_id, rep in connection.execute(

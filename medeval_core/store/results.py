@@ -20,7 +20,7 @@ from medeval_core.records import (
     CaseStatus,
     utc_now,
 )
-from medeval_core.store.engine import StoreBase, _table
+from medeval_core.store.engine import StoreBase, core_table
 from medeval_core.store.tables import (
     CaseLeaseRow,
     CaseResultRow,
@@ -31,7 +31,7 @@ from medeval_core.store.tables import (
 
 
 class ResultStore(StoreBase):
-    # Case results -----------------------------------------------------------------------------------------
+    """A run's case results."""
 
     def save_result(self, result: CaseResult) -> CaseResultRow:
         """Insert a result. A failed result may be replaced by a retry; a finished (ok) one never is."""
@@ -86,10 +86,10 @@ class ResultStore(StoreBase):
 
     def _write_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int]) -> list[bool]:
         run_ids = {item.result.run_id for item in batch}
-        results_table = _table(CaseResultRow)
+        results_table = core_table(CaseResultRow)
         with self._write_lock, self.engine.begin() as connection:
             if leases:
-                lease_table = _table(CaseLeaseRow)
+                lease_table = core_table(CaseLeaseRow)
                 for start in range(0, len(leases), 900):
                     connection.execute(lease_table.update().where(lease_table.c.id.in_(leases[start:start + 900]))
                                        .values(done=True))
@@ -120,7 +120,7 @@ class ResultStore(StoreBase):
                 keep.append(item)
                 written.append(True)
             for run_id, case_id, repetition in replace:
-                for table in (results_table, _table(TurnRow)):
+                for table in (results_table, core_table(TurnRow)):
                     connection.execute(table.delete().where(
                         table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition))
             if keep:
@@ -129,9 +129,9 @@ class ResultStore(StoreBase):
                 # copies again.
                 _insert_rows(connection, results_table, [vars(item.result) for item in keep])
                 for table, records in (
-                    (_table(TurnRow), [t for item in keep for t in item.turns]),
-                    (_table(JudgementRow), [j for item in keep for j in item.judgements]),
-                    (_table(ModelCallRow), [c for item in keep for c in item.model_calls]),
+                    (core_table(TurnRow), [t for item in keep for t in item.turns]),
+                    (core_table(JudgementRow), [j for item in keep for j in item.judgements]),
+                    (core_table(ModelCallRow), [c for item in keep for c in item.model_calls]),
                 ):
                     if records:
                         now = utc_now()
@@ -141,7 +141,7 @@ class ResultStore(StoreBase):
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
         """A run's results in insertion order. Read with SQLAlchemy Core, the JSON columns decoded in one call, and
         built without re-validation (the rows were validated on the way in)."""
-        table = _table(CaseResultRow)
+        table = core_table(CaseResultRow)
         statement = select(*_result_columns(table)).where(table.c.run_id == run_id)
         if status is not None:
             statement = statement.where(table.c.status == status)
@@ -152,7 +152,7 @@ class ResultStore(StoreBase):
     def metric_rows(self, run_id: str) -> list[tuple[str, int, dict[str, Any]]]:
         """(case id, repetition, metrics) of a run's finished results, in insertion order: what summaries need,
         without the outputs, scores and timestamps."""
-        table = _table(CaseResultRow)
+        table = core_table(CaseResultRow)
         statement = (select(table.c.case_id, table.c.repetition, cast(table.c.metrics, Text))
                      .where(table.c.run_id == run_id, table.c.status == CaseStatus.OK.value).order_by(table.c.id))
         with gc_paused(), self.engine.connect() as connection:
@@ -175,7 +175,7 @@ class ResultStore(StoreBase):
         """One page of a run's results in insertion order, (case id, repetition, status, error, metrics) each,
         without their outputs, and how many results match: ``status`` and ``search`` (a piece of the case id or
         the error, any case) filter in SQL, so a page of a 134,529-result run reads 50 rows."""
-        table = _table(CaseResultRow)
+        table = core_table(CaseResultRow)
         where = [table.c.run_id == run_id]
         if status is not None:
             where.append(table.c.status == status)
@@ -195,14 +195,14 @@ class ResultStore(StoreBase):
     def results_stamp(self, run_id: str) -> tuple[int, int | None]:
         """(number of results, newest row id) of a run: changes whenever a result is added or replaced, so it
         keys caches of summaries."""
-        table = _table(CaseResultRow)
+        table = core_table(CaseResultRow)
         with self.engine.connect() as connection:
             count, newest = connection.execute(
                 select(func.count(), func.max(table.c.id)).where(table.c.run_id == run_id)).one()
         return int(count), newest
 
     def result(self, run_id: str, case_id: str, repetition: int = 0) -> CaseResult | None:
-        table = _table(CaseResultRow)
+        table = core_table(CaseResultRow)
         statement = select(*_result_columns(table)).where(
             table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition)
         with self.engine.connect() as connection:
@@ -218,7 +218,7 @@ class ResultStore(StoreBase):
 
     def finished_since(self, run_id: str, since: datetime) -> int:
         """How many of the run's results finished at or after ``since`` (a run's rate since it restarted)."""
-        table = _table(CaseResultRow)
+        table = core_table(CaseResultRow)
         with self.engine.connect() as connection:
             return int(connection.execute(select(func.count()).where(
                 table.c.run_id == run_id, table.c.finished_at >= since)).scalar() or 0)

@@ -16,7 +16,7 @@ from medeval_core.records import (
     RunKind,
     utc_now,
 )
-from medeval_core.store.engine import StoreBase, _table
+from medeval_core.store.engine import StoreBase, core_table
 from medeval_core.store.tables import (
     AnnotationRow,
     CaseLeaseRow,
@@ -30,7 +30,7 @@ from medeval_core.store.tables import (
 
 
 class RunStore(StoreBase):
-    # Runs -------------------------------------------------------------------------------------------------
+    """A run's row: its parameters, status, summary and timestamps."""
 
     def create_run(self, config: RunConfig, run_id: str | None = None, expected_cases: int | None = None) -> RunRow:
         row = RunRow(
@@ -98,7 +98,7 @@ class RunStore(StoreBase):
                              "deleted.")
         with self._write_transaction() as connection:
             for model in (TurnRow, JudgementRow, ModelCallRow, CaseResultRow, CaseLeaseRow, RunWorkerRow, RunRow):
-                table = _table(model)
+                table = core_table(model)
                 column = table.c.id if model is RunRow else table.c.run_id
                 connection.execute(table.delete().where(column == run_id))
 
@@ -106,7 +106,7 @@ class RunStore(StoreBase):
         """When each run's latest turn was written (runs without a turn are absent)."""
         if not run_ids:
             return {}
-        table = _table(TurnRow)
+        table = core_table(TurnRow)
         with self.engine.connect() as connection:
             rows = connection.execute(select(table.c.run_id, func.max(table.c.created_at))
                                       .where(table.c.run_id.in_(list(run_ids))).group_by(table.c.run_id)).all()

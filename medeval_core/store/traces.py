@@ -20,7 +20,7 @@ from medeval_core.store.tables import (
 
 
 class TraceStore(StoreBase):
-    # Turns, judgements, annotations --------------------------------------------------------------------------
+    """What a case recorded on its way."""
 
     def add_turns(self, turns: Sequence[Turn]) -> None:
         """Write a dialogue's turns in one transaction: all of them or none."""
