@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from medeval_core.records import Case, CaseResult, InputFile, Judgement, MetricSummary, ModelCall, Turn
 from medeval_core.settings import Settings
@@ -51,23 +51,27 @@ class Score(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
+CONCURRENCY = AliasChoices("concurrency", "workers")
+"""How a run's ``concurrency`` is read: runs stored before it was renamed call it ``workers``."""
+
+
 class RunParams(BaseModel):
     """Fields every benchmark's ``Params`` has: how many cases run at once, and how often each one runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    workers: int = Field(default=1, ge=1, le=512, description="cases run at once")
+    concurrency: int = Field(default=1, ge=1, le=512, validation_alias=CONCURRENCY, description="cases run at once")
     repetitions: int = Field(default=1, ge=1, le=100, description="times each case is run")
 
 
 class ScoreParams(BaseModel):
     """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     scorer: str
     options: dict[str, Any] = Field(default_factory=dict)
-    workers: int = Field(default=1, ge=1, le=512)
+    concurrency: int = Field(default=1, ge=1, le=512, validation_alias=CONCURRENCY)
 
 
 class LineFileParams(RunParams):

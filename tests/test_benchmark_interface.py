@@ -1,5 +1,5 @@
 """The benchmark seam: a benchmark defined outside medeval plugs in through its spec alone, its parameters are
-stored whole, a --run-id with other parameters is refused, resume keeps the stored workers, score runs apply a
+stored whole, a --run-id with other parameters is refused, resume keeps the stored concurrency, score runs apply a
 scorer to a stored run, and group commit survives SIGKILL with exactly one result per case."""
 
 import json
@@ -53,11 +53,11 @@ def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.Monk
 
 def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id(
         toy: None, isolated_store: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "counting", "--n-cases", "4", "--workers", "3", "--run-id", "c1", "--json"]) == 0
+    assert main(["run", "counting", "--n-cases", "4", "--concurrency", "3", "--run-id", "c1", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["summary"]["counts"] == {"expected": 4, "done": 4, "failed": 0, "pending": 0}
     stored = Store(isolated_store).get_run("c1").config
-    assert stored["params"] == {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0,
+    assert stored["params"] == {"concurrency": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0,
                                 "fail_summary": False}
     assert stored["kind"] == "batch" and stored["settings_hash"] and stored["versions"]["medeval"]
 
@@ -67,21 +67,69 @@ def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id
     assert len(Store(isolated_store).results("c1")) == 4  # nothing was added to the stored run
 
 
-def test_resume_keeps_the_stored_workers(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_keeps_the_stored_concurrency(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(isolated_store)
     settings = load_settings()
-    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, workers=5)),
+    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, concurrency=5)),
                      run_id="w", expected_cases=6)
     seen: list[int] = []
     original = BatchRunner.__init__
 
     def spy(self: BatchRunner, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        seen.append(self.workers)
+        seen.append(self.concurrency)
 
     monkeypatch.setattr(BatchRunner, "__init__", spy)
     assert service.resume("w", settings, store).status == RunStatus.COMPLETED
     assert seen == [5]
+
+
+def old_shape_run(store: Store, run_id: str, params: dict[str, Any], kind: RunKind = RunKind.BATCH,
+                  source_run_id: str | None = None) -> None:
+    """A run stored before ``workers`` (cases at once) was renamed ``concurrency``: its params say ``workers``."""
+    config = service.new_run_config("counting", load_settings(), CountingParams(n_cases=1))
+    config = config.model_copy(update={"params": params, "kind": kind, "source_run_id": source_run_id})
+    store.create_run(config, run_id=run_id, expected_cases=params.get("n_cases", 4))
+    assert "concurrency" not in store.get_run(run_id).config["params"]
+
+
+def test_a_run_stored_with_workers_loads_resumes_and_rescores_with_that_concurrency(
+        toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    old = {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0, "fail_summary": False}
+    old_shape_run(store, "old", old)
+    old_shape_run(store, "old-parity", {"scorer": "parity", "options": {"modulus": 2}, "workers": 2},
+                  kind=RunKind.SCORE, source_run_id="old")
+    seen: list[int] = []
+    original = BatchRunner.__init__
+
+    def spy(self: BatchRunner, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        seen.append(self.concurrency)
+
+    monkeypatch.setattr(BatchRunner, "__init__", spy)
+    assert service.resume("old", settings, store).status == RunStatus.COMPLETED  # then its pending score run
+    assert store.get_run("old-parity").status == RunStatus.COMPLETED and len(store.results("old-parity")) == 4
+    assert seen == [3, 2]  # each run's stored number of cases at once
+    # The same parameters under the new name continue the old run rather than being refused as different.
+    assert main(["run", "counting", "--n-cases", "4", "--concurrency", "2", "--run-id", "old", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["counts"]["done"] == 4
+    rescored = service.score_run("old", service.ScoreParams.model_validate({"scorer": "parity", "workers": 2}),
+                                 settings, store, run_id="new-parity")
+    assert (rescored.done, store.get_run("new-parity").config["params"]["concurrency"]) == (4, 2)
+
+
+def test_workers_is_a_hidden_alias_of_concurrency_that_names_the_new_option(
+        toy: None, isolated_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "counting", "--n-cases", "2", "--workers", "2", "--run-id", "w2", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--workers is now called --concurrency") == 1
+    assert Store(isolated_store).get_run("w2").config["params"]["concurrency"] == 2
+    with pytest.raises(SystemExit):
+        main(["run", "counting", "--help"])
+    usage = capsys.readouterr().out
+    assert "--concurrency" in usage and "--workers" not in usage
 
 
 def test_a_score_run_scores_a_stored_runs_outputs_with_its_source_named(toy: None, isolated_store: str) -> None:
@@ -153,7 +201,7 @@ def test_two_executions_of_one_run_at_once_store_each_case_once(toy: None, isola
     store = Store(isolated_store)
     settings = load_settings()
     store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=300, sleep_s=0.001,
-                                                                                 workers=4)),
+                                                                                 concurrency=4)),
                      run_id="twice", expected_cases=300)
     threads = [threading.Thread(target=service.resume, args=("twice", settings, Store(isolated_store)))
                for _ in range(2)]

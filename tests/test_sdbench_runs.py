@@ -247,11 +247,11 @@ def test_the_price_cache_migration_keeps_an_existing_databases_rows(tmp_path):
         assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
 
 
-def test_turn_cap_budget_repetitions_and_workers(tmp_path, capsys, cases_file):
+def test_turn_cap_budget_repetitions_and_concurrency(tmp_path, capsys, cases_file):
     cases = cases_of(cases_file)
     actions = write_jsonl(tmp_path / "actions.jsonl", transcripts(cases))
     capped = run_json(capsys, "--cases", str(cases_file), "--agent", "replay", "--actions", str(actions),
-                      "--max-turns", "1", "--repetitions", "2", "--workers", "2", "--run-id", "sd-cap")
+                      "--max-turns", "1", "--repetitions", "2", "--concurrency", "2", "--run-id", "sd-cap")
     assert capped["summary"]["counts"] == {"expected": 8, "done": 8, "failed": 0, "pending": 0}
     store = context.current_store()
     for result in store.results("sd-cap"):

@@ -8,7 +8,7 @@ params=...)`` when it defines ``build`` (``train`` is the ``PatientSet`` of ``--
 ``Class(**params)``; the instance has ``name``, ``reads_kb`` (True is assumed when it does not say) and
 ``start(intake[, ctx])`` returning a session with ``next_question()``, ``observe(answer)`` and
 ``differential()`` (``interaction.DDXPlusAgent``); ``params()``, when present, is what the run stores as
-``agent_params``. One instance serves every patient of a run, from several threads when ``workers > 1``: keep
+``agent_params``. One instance serves every patient of a run, from several threads when ``concurrency > 1``: keep
 per-patient state in the session.
 """
 
@@ -189,7 +189,7 @@ def agent_params_of(agent: Any, given: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_params(settings: Settings, patients: str | Path, agent: str, train: str | Path | None = None,
                  kb: str | Path | None = None, limit: int | None = None,
-                 agent_params: Mapping[str, Any] | None = None, workers: int | None = None,
+                 agent_params: Mapping[str, Any] | None = None, concurrency: int | None = None,
                  repetitions: int | None = None) -> DDXPlusParams:
     """The params of a run, with absolute paths (``resume`` works from any folder) and the agent's full
     settings and KB condition as it reports them (the agent is built here, and reused by the run)."""
@@ -204,7 +204,7 @@ def build_params(settings: Settings, patients: str | Path, agent: str, train: st
     described = agent_params_of(built, given)
     # The run asks for its agent by the params it stores (the agent's full settings): the same instance.
     _agents.put(_agent_key(agent, kb_path, train_path, settings, described), built)
-    extra: dict[str, Any] = {key: value for key, value in (("workers", workers), ("repetitions", repetitions))
+    extra: dict[str, Any] = {key: value for key, value in (("concurrency", concurrency), ("repetitions", repetitions))
                              if value is not None}
     return DDXPlusParams(
         patients=str(Path(patients).resolve()), train=str(Path(train).resolve()) if train is not None else None,
@@ -287,7 +287,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     def prepare_params(self, params: DDXPlusParams, settings: Settings) -> DDXPlusParams:
         """What ``build_params`` stores: absolute paths, the agent's full settings and its real KB condition."""
         built = build_params(settings, params.patients, params.agent, train=params.train, kb=params.kb,
-                             limit=params.limit, agent_params=params.agent_params, workers=params.workers,
+                             limit=params.limit, agent_params=params.agent_params, concurrency=params.concurrency,
                              repetitions=params.repetitions)
         return built.model_copy(update={"case_ids": params.case_ids})
 

@@ -54,7 +54,7 @@ class DynamicareCli(BenchmarkCli):
             raise CommandError("--limit must be at least 1.")
         return build_params(settings, args.cases, args.doctor, args.actions, patient=args.patient,
                             mapper=args.mapper, max_questions=args.max_questions, max_rounds=args.max_rounds,
-                            limit=args.limit, workers=args.workers)
+                            limit=args.limit, concurrency=args.concurrency)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return {"run_id": report.run_id, "status": report.status, **summary.extras["metrics"],

@@ -58,7 +58,7 @@ class MediqCli(BenchmarkCli):
                             max_questions=args.max_questions, abstention=args.abstention,
                             threshold=args.threshold, limit=args.limit, baseline=not args.no_baseline,
                             withhold_answer_facts=args.withhold_answer_facts,
-                            workers=args.workers)
+                            concurrency=args.concurrency)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return {"run_id": report.run_id, "status": report.status, **summary.extras["metrics"],
