@@ -28,6 +28,7 @@ from medeval_core.benchmark import (
     ModelRoles,
     RepetitionSummary,
     RunSummary,
+    Score,
     ScoreParams,
     Scorer,
     Solver,
@@ -158,9 +159,15 @@ def _case_function(solver: Solver[Any, Any], scorers: Sequence[Scorer[Any, Any]]
 
 
 def _scored(case: Case, output: BaseModel, ctx: CaseContext, scorers: Sequence[Scorer[Any, Any]]) -> CaseOutcome:
-    scores = {}
+    scores: dict[str, Score] = {}
+    named_by: dict[str, str] = {}
     for scorer in scorers:
-        scores.update(scorer(case, output, ctx))
+        for name, score in scorer(case, output, ctx).items():
+            if name in named_by:
+                raise BenchmarkError(f"The scorers {named_by[name]!r} and {scorer.name!r} both name a metric "
+                                     f"{name!r}; give one of them another name so neither score is lost.")
+            named_by[name] = scorer.name
+            scores[name] = score
     return CaseOutcome(
         output=output.model_dump(mode="json"),
         metrics={name: score.value for name, score in scores.items()},
@@ -398,7 +405,11 @@ def summarize_run(store: Store, run_id: str, settings: Settings) -> RunSummary:
         params_source = RunConfig.model_validate(store.get_run(config.source_run_id).config)
     params = benchmark.parse_params(params_source.params)
     cases, results = benchmark.cases(params, settings), store.results(run_id)
-    return summarize_repetitions(benchmark, params, cases, results, benchmark.summarize(params, cases, results))
+    summary = summarize_repetitions(benchmark, params, cases, results, benchmark.summarize(params, cases, results))
+    actors = benchmark.actors(params)
+    if config.kind == RunKind.SCORE:
+        actors.judge = ScoreParams.model_validate(config.params).scorer
+    return summary.model_copy(update=actors.model_dump())
 
 
 def summarize_repetitions(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case],

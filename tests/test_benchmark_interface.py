@@ -222,3 +222,63 @@ def test_metrics_are_shown_in_their_own_unit() -> None:
     assert Metric(name="DDF1", value=80.63, n=3, denominator="planned", unit="percent").format(80.63) == "80.63"
     assert Metric(name="responses", value=40.0, n=40, denominator="expected", unit="count").format(40.0) == "40"
     assert share.format(None) == "n/a"
+
+
+def test_the_default_summary_counts_and_gives_each_score_its_mean_or_wilson_interval() -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    from medeval_core.benchmark import Benchmark
+    from medeval_core.records import CaseResult, CaseStatus
+    from tests.support.counting_benchmark import CountingBenchmark, make_cases
+
+    class Plain(CountingBenchmark):  # a benchmark that adds nothing to the summary
+        summarize = Benchmark.summarize
+
+    results = [CaseResult(run_id="r", case_id=f"case-{i:04d}", status=CaseStatus.OK,
+                          metrics={"even": i % 2 == 0, "index": float(i)}) for i in range(5)]
+    results.append(CaseResult(run_id="r", case_id="case-0005", status=CaseStatus.FAILED, error="boom"))
+    summary = Plain().summarize(CountingParams(n_cases=8, repetitions=2), make_cases(8), results)
+    assert summary.counts.model_dump() == {"expected": 16, "done": 5, "failed": 1, "pending": 10}
+    even, index = summary.metric("even"), summary.metric("index")
+    assert even is not None and index is not None
+    assert even.value == pytest.approx(3 / 5) and even.n == 5 and even.unit == "proportion"
+    assert even.interval == pytest.approx(proportion_confint(3, 5, method="wilson"))
+    assert index.value == pytest.approx(2.0) and index.unit == "number" and index.method == "percentile bootstrap"
+    assert index.interval is not None and index.interval[0] < 2.0 < index.interval[1]
+
+
+def test_two_scorers_naming_one_metric_are_refused_instead_of_overwriting(
+        toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.counting_benchmark import CountingBenchmark, _IndexScorer
+
+    class AlsoIndex(_IndexScorer):
+        name = "also-index"
+
+    monkeypatch.setattr(CountingBenchmark, "scorers", lambda self, params, settings: (_IndexScorer(), AlsoIndex()))
+    store = Store(isolated_store)
+    report = service.launch("counting", CountingParams(n_cases=2), load_settings(), store, run_id="clash")
+    assert (report.done, report.failed) == (0, 2)
+    assert all(r.error and r.error.startswith(
+        "BenchmarkError: The scorers 'index' and 'also-index' both name a metric 'index'; give one of them another "
+        "name so neither score is lost.") for r in store.results("clash"))
+
+
+def test_a_summary_names_the_runs_agent_models_and_judge_and_the_run_list_reads_them(
+        toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medeval_core.benchmark import RunActors
+    from medeval_core.results import run_listings
+    from tests.support.counting_benchmark import CountingBenchmark
+
+    monkeypatch.setattr(CountingBenchmark, "actors", lambda self, params: RunActors(
+        agent=f"counter-{params.n_cases}", models={"counter": "abacus-1"}))
+    store = Store(isolated_store)
+    settings = load_settings()
+    service.launch("counting", CountingParams(n_cases=3), settings, store, run_id="named")
+    service.score_run("named", service.ScoreParams(scorer="parity"), settings, store, run_id="named-parity")
+    summary = service.stored_summary(store, "named")
+    assert summary is not None
+    assert (summary.agent, summary.models, summary.judge) == ("counter-3", {"counter": "abacus-1"}, "")
+    scored = service.stored_summary(store, "named-parity")
+    assert scored is not None and (scored.agent, scored.judge) == ("counter-3", "parity")
+    listed = {row.id: (row.agent, row.judge) for row in run_listings(store.list_runs(), {})}
+    assert listed == {"named": ("counter-3", ""), "named-parity": ("counter-3", "parity")}

@@ -20,7 +20,6 @@ from medeval_core.benchmark import (
     BenchmarkError,
     CaseContext,
     Metric,
-    RunCounts,
     RunParams,
     RunSummary,
     Score,
@@ -111,7 +110,7 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
                   results: Sequence[CaseResult]) -> RunSummary:
         if params.fail_summary:
             raise RuntimeError("the summary fails on purpose")
-        counts = RunCounts.of(len(cases) * params.repetitions, results)
+        counts = self.run_counts(params, cases, results)
         scored = [r for r in results if r.ok]
         headline = [Metric(name="scored", value=float(len(scored)), n=counts.expected, denominator="expected cases",
                            unit="count")]

@@ -32,7 +32,7 @@ from medeval_core.benchmark import (
     MetricGroup,
     MetricRole,
     ReferenceRow,
-    RunCounts,
+    RunActors,
     RunSummary,
     Score,
     Scorer,
@@ -372,13 +372,16 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         pooled = {key: np.concatenate([part[key] for part in values]) for key in METRIC_KEYS}
         return pooled, np.concatenate(pathology), np.concatenate(rows)
 
+    def actors(self, params: DDXPlusParams) -> RunActors:
+        return RunActors(agent=params.agent)
+
     def summarize(self, params: DDXPlusParams, cases: Sequence[DDXPlusPatient],
                   results: Sequence[CaseResult]) -> RunSummary:
         """Metrics over the patients whose consultation finished; failed and unfinished ones are counted apart
         (design.md §3.2), never averaged in as an empty differential with IL 1."""
         patients = self.patient_set(params)
         finished = [result for result in results if result.status == CaseStatus.OK]
-        counts = RunCounts.of(len(patients) * params.repetitions, list(results))
+        counts = self.run_counts(params, cases, results)
         values, pathology, rows = self._per_patient(patients, finished)
         metrics = ddx_metrics.mean_metrics(values) if finished else {}
         intervals = _case_intervals(values, rows) if finished else {}
