@@ -136,11 +136,16 @@ class _RenamedOption(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def add_old_name(parser: argparse.ArgumentParser, old: str, new: str, kind: type = int) -> None:
+    """``old``, the name option ``new`` had before, kept as a hidden alias that says the new name."""
+    parser.add_argument(old, type=kind, dest=new.lstrip("-").replace("-", "_"), action=_RenamedOption, new_name=new)
+
+
 def add_concurrency_option(parser: argparse.ArgumentParser, description: str, default: int | None = None) -> None:
     """``--concurrency N`` (cases run at once in this process), with ``--workers``, its name before a worker
     meant a process holding leases, kept as a hidden alias."""
     parser.add_argument("--concurrency", type=int, default=default, help=description)
-    parser.add_argument("--workers", type=int, dest="concurrency", action=_RenamedOption, new_name="--concurrency")
+    add_old_name(parser, "--workers", "--concurrency")
 
 
 class BenchmarkCli:

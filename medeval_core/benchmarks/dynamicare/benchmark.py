@@ -87,7 +87,7 @@ class DynamicareSolver:
 
     def __call__(self, record: PatientRecord, ctx: CaseContext) -> DynamicareOutput:
         return consult(self.doctor(record, ctx), record, self.patient(record, ctx), self.mapper(ctx), ctx,
-                       max_questions=self.params.max_questions)
+                       max_turns=self.params.max_turns)
 
 
 class HitKScorer:

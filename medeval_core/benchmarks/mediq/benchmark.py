@@ -92,7 +92,7 @@ class MediqSolver:
         if isinstance(expert, ReplayExpert) and isinstance(patient, FactSelectPatient):
             patient.prepare(expert.questions())
         return consult(expert, case, patient, ctx,
-                       max_questions=self.params.max_questions, baseline=self.params.baseline)
+                       max_turns=self.params.max_turns, baseline=self.params.baseline)
 
 
 class AccuracyScorer:
@@ -188,7 +188,7 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
         return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=metrics, notes=notes,
                           extras={"expert": params.expert, "patient": params.patient,
                                   "withhold_answer_facts": params.withhold_answer_facts,
-                                  "max_questions": params.max_questions, "cases_file": Path(params.cases).name,
+                                  "max_turns": params.max_turns, "cases_file": Path(params.cases).name,
                                   "metrics": {m.name: m.value for m in metrics}})
 
 
