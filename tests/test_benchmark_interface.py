@@ -67,11 +67,8 @@ def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id
     assert len(Store(isolated_store).results("c1")) == 4  # nothing was added to the stored run
 
 
-def test_resume_keeps_the_stored_concurrency(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = Store(isolated_store)
-    settings = load_settings()
-    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, concurrency=5)),
-                     run_id="w", expected_cases=6)
+def concurrency_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The concurrency of every BatchRunner made from now on, in order."""
     seen: list[int] = []
     original = BatchRunner.__init__
 
@@ -80,6 +77,15 @@ def test_resume_keeps_the_stored_concurrency(toy: None, isolated_store: str, mon
         seen.append(self.concurrency)
 
     monkeypatch.setattr(BatchRunner, "__init__", spy)
+    return seen
+
+
+def test_resume_keeps_the_stored_concurrency(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, concurrency=5)),
+                     run_id="w", expected_cases=6)
+    seen = concurrency_seen(monkeypatch)
     assert service.resume("w", settings, store).status == RunStatus.COMPLETED
     assert seen == [5]
 
@@ -101,14 +107,7 @@ def test_a_run_stored_with_workers_loads_resumes_and_rescores_with_that_concurre
     old_shape_run(store, "old", old)
     old_shape_run(store, "old-parity", {"scorer": "parity", "options": {"modulus": 2}, "workers": 2},
                   kind=RunKind.SCORE, source_run_id="old")
-    seen: list[int] = []
-    original = BatchRunner.__init__
-
-    def spy(self: BatchRunner, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        seen.append(self.concurrency)
-
-    monkeypatch.setattr(BatchRunner, "__init__", spy)
+    seen = concurrency_seen(monkeypatch)
     assert service.resume("old", settings, store).status == RunStatus.COMPLETED  # then its pending score run
     assert store.get_run("old-parity").status == RunStatus.COMPLETED and len(store.results("old-parity")) == 4
     assert seen == [3, 2]  # each run's stored number of cases at once
