@@ -93,6 +93,14 @@ MAX_TURNS = AliasChoices("max_turns", "max_questions")
 ``max_questions``."""
 
 
+def with_max_turns(params: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent's stored params with an old ``max_questions`` read as ``max_turns``."""
+    given = dict(params)
+    if "max_questions" in given:
+        given.setdefault("max_turns", given.pop("max_questions"))
+    return given
+
+
 class Limits(BaseModel):
     """An episode's limits, enforced by ``Episode.act`` alone: the environments and agents only read them."""
 

@@ -50,6 +50,7 @@ from medeval_core.benchmarks.ddxplus.kb import (
 from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
+from medeval_core.interaction import with_max_turns
 from medeval_core.metrics import ddxplus as ddx_metrics
 from medeval_core.metrics.ddxplus import METRIC_KEYS
 from medeval_core.metrics.stats import bootstrap_mean_ci
@@ -159,7 +160,8 @@ def build_agent(name: str, kb: KnowledgeBase, train: PatientSet | None, settings
             from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, KBBayesConfig
 
             known = {f.name for f in fields(KBBayesConfig)}
-            return KBBayesAgent.fit(kb, train, KBBayesConfig(**{k: v for k, v in params.items() if k in known}))
+            return KBBayesAgent.fit(kb, train, KBBayesConfig(**{k: v for k, v in with_max_turns(params).items()
+                                                           if k in known}))
         if name == "llm":
             from medeval_core.benchmarks.ddxplus.llm_agent import LLMAgent
 
