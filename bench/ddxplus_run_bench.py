@@ -7,7 +7,7 @@ machine's load falls on both sides alike:
    patients of the big file through the same consultation code as batch runs (``interaction.consult`` with an
    in-memory ``OfflineContext``: turns kept in memory, no store, no scorer), in this process after a warm-up.
 2. Run: ``python -m medeval_core run ddxplus --agent kb-bayes --train SAMPLE --patients BIG --limit N
-   --workers W`` as a fresh subprocess into a fresh SQLite file (``MEDEVAL_DB_URL``); the first try's run fills
+   --concurrency W`` as a fresh subprocess into a fresh SQLite file (``MEDEVAL_DB_URL``); the first try's run fills
    the parse cache the later ones read. Afterwards the store is read directly: every planned patient has exactly
    one OK result, and turns 0..k+1 for its k questions (the intake, one turn per question, the differential).
    Its case phase is the first case's start to the last case's finish; its CPU from the first result to the
@@ -150,7 +150,8 @@ def run_env(data_dir: Path, db: Path, cache: Path, checkout: Path = ROOT) -> dic
 
 def run_command(sample: Path, big: Path, workers: int, limit: int | None = None) -> list[str]:
     return [sys.executable, "-m", "medeval_core", "run", "ddxplus", "--agent", "kb-bayes", "--train", str(sample),
-            "--patients", str(big), "--workers", str(workers), *(["--limit", str(limit)] if limit else []), "--json"]
+            "--patients", str(big), "--concurrency", str(workers), *(["--limit", str(limit)] if limit else []),
+            "--json"]
 
 
 def _first_start(db: Path) -> float | None:
@@ -335,7 +336,7 @@ def main() -> int:
     parser.add_argument("--ratio-patients", type=int, default=10_000,
                         help="patients questioned by the agent alone and by the run (--limit) in each try")
     parser.add_argument("--tries", type=int, default=3, help="interleaved tries of the agent alone and the run")
-    parser.add_argument("--workers", type=int, default=1, help="--workers of the run")
+    parser.add_argument("--workers", type=int, default=1, help="--concurrency of the run")
     parser.add_argument("--keep", type=Path, help="write the big file and the store here (kept) instead of a "
                                                   "temporary folder")
     parser.add_argument("--fixed-cost-only", action="store_true",

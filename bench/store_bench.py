@@ -2,19 +2,19 @@
 summary over 100,000 results.
 
 - write: ``BatchRunner`` (claims, group commit through ``Store.save_case_records``) over N instant cases (one
-  turn each, a boolean and a numeric metric), W workers, a real SQLite file in a temporary folder. Its baseline,
+  turn each, a boolean and a numeric metric), W cases at once, a real SQLite file in a temporary folder. Its baseline,
   interleaved with it over ``--rounds`` rounds: the same rows (one result and one turn per case, the values as
   the runner stores them, JSON serialised inside the timing) written by the plain driver into the same tables,
   1,000 cases per transaction: ``sqlite3`` ``executemany`` (``plain_sqlite3_per_s``), and on PostgreSQL psycopg
   ``executemany`` and ``COPY``. Targets: the runner >= 0.5x plain sqlite3; on PostgreSQL (``--db-url``) the
-  runner at 4 workers >= the SQLite runner's rate (run both and compare). Also printed: the old per-result path
+  runner at concurrency 4 >= the SQLite runner's rate (run both and compare). Also printed: the old per-result path
   (``Store.save_result`` once per case) on a smaller count.
 - summary: a run of 100,000 results (25,000 cases x 4 repetitions, three metrics), the runs page's summary
   uncached: ``compare.run_summaries`` loading the run's metrics (``Store.metric_rows``) and summarising them.
   Target <= 1 s. Printed beside it: the full path (``Store.results`` then ``compare.summarize_metrics``) and the
   cached ``run_summaries`` on an unchanged run.
 
-    .venv/bin/python bench/store_bench.py [--cases 20000] [--workers 1] [--rounds 3] [--summary-results 100000]
+    .venv/bin/python bench/store_bench.py [--cases 20000] [--concurrency 1] [--rounds 3] [--summary-results 100000]
                                           [--db-url URL] [--json]
 
 With ``--json`` the last line is ``{"results_per_s": ..., "summary_s": ...}`` (plus the other figures). With
@@ -76,10 +76,10 @@ def new_run(store: Store, tag: str, expected: int) -> str:
     return run_id
 
 
-def bench_runner(store: Store, n_cases: int, workers: int) -> float:
+def bench_runner(store: Store, n_cases: int, concurrency: int) -> float:
     run_id = new_run(store, "runner", n_cases)
     cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
-    runner = BatchRunner(store, load_settings(), workers=workers)
+    runner = BatchRunner(store, load_settings(), concurrency=concurrency)
     started = time.perf_counter()
     report = runner.execute(run_id, cases, instant_case, repetitions=1)
     elapsed = time.perf_counter() - started
@@ -178,7 +178,7 @@ def bench_summary(store: Store, n_results: int, repetitions: int = 4) -> tuple[f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=20_000, help="cases through the runner (default 20000)")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=1, help="cases run at once")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of runner and plain driver")
     parser.add_argument("--baseline-cases", type=int, default=500,
                         help="results through the old per-result save_result path (0: skip)")
@@ -192,7 +192,7 @@ def main() -> int:
         store = Store(url)
         plain = ["sqlite3"] if store.engine.dialect.name == "sqlite" else ["executemany", "copy"]
         sides: dict[str, Callable[[], float]] = {
-            "runner": partial(bench_runner, store, args.cases, args.workers),
+            "runner": partial(bench_runner, store, args.cases, args.concurrency),
             **{f"plain {method}": partial(bench_plain, store, url, args.cases, method) for method in plain}}
         rates: dict[str, list[float]] = {name: [] for name in sides}
         for round_number in range(args.rounds):
@@ -204,7 +204,7 @@ def main() -> int:
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
     print(f"writes on {store.engine.dialect.name}, {args.cases} cases per pass, {args.rounds} rounds interleaved, "
-          f"runner at {args.workers} workers; load average {os.getloadavg()[0]:.2f}")
+          f"runner at concurrency {args.concurrency}; load average {os.getloadavg()[0]:.2f}")
     for name, values in rates.items():
         print(f"  {name:<18} median {medians[name]:9,.0f} results/s (min {min(values):9,.0f})")
     reference = medians[f"plain {plain[0]}"]
@@ -221,7 +221,7 @@ def main() -> int:
                           "summary_s": round(summary_s, 4),
                           "save_result_per_s": None if baseline is None else round(baseline, 1),
                           "results_and_summarize_s": round(full_s, 4), "summary_cached_s": round(cached_s, 5),
-                          "cases": args.cases, "workers": args.workers, "summary_results": args.summary_results,
+                          "cases": args.cases, "concurrency": args.concurrency, "summary_results": args.summary_results,
                           "ok": ok}))
     return 0 if ok else 1
 

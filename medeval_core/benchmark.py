@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from medeval_core.records import Case, CaseResult, InputFile, Judgement, MetricSummary, ModelCall, Turn
 from medeval_core.settings import Settings
@@ -51,23 +51,27 @@ class Score(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
+CONCURRENCY = AliasChoices("concurrency", "workers")
+"""How a run's ``concurrency`` is read: runs stored before it was renamed call it ``workers``."""
+
+
 class RunParams(BaseModel):
     """Fields every benchmark's ``Params`` has: how many cases run at once, and how often each one runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    workers: int = Field(default=1, ge=1, le=512, description="cases run at once")
+    concurrency: int = Field(default=1, ge=1, le=512, validation_alias=CONCURRENCY, description="cases run at once")
     repetitions: int = Field(default=1, ge=1, le=100, description="times each case is run")
 
 
 class ScoreParams(BaseModel):
     """A score run's parameters: which scorer, its options, and how many cases are scored at once."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     scorer: str
     options: dict[str, Any] = Field(default_factory=dict)
-    workers: int = Field(default=1, ge=1, le=512)
+    concurrency: int = Field(default=1, ge=1, le=512, validation_alias=CONCURRENCY)
 
 
 class LineFileParams(RunParams):
@@ -207,8 +211,24 @@ class RepetitionSummary(BaseModel):
     metrics: list[Metric]
 
 
-class RunSummary(BaseModel):
-    """Every benchmark's run summary; the runs page and the CLI printer render any of them the same way."""
+class RunActors(BaseModel):
+    """Who a run puts to work, named by its benchmark from the run's params: the agent that solves the cases, the
+    model of each role it calls, and the judge (or scorer) that scores them; empty where the run has none."""
+
+    agent: str = ""
+    models: dict[str, str] = Field(default_factory=dict)
+    """Role -> model name (``{"chat": "qwen2.5-7b-instruct"}``)."""
+    judge: str = ""
+
+
+def model_names(models: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Role -> model name of the backends a run stored by role (``{"chat": {"base_url": ..., "model": ...}}``)."""
+    return {role: str(choice.get("model") or "") for role, choice in models.items()}
+
+
+class RunSummary(RunActors):
+    """Every benchmark's run summary; the runs page and the CLI printer render any of them the same way. Its
+    ``agent``, ``models`` and ``judge`` are the benchmark's ``actors`` of the run's params."""
 
     benchmark: str
     title: str = ""
@@ -232,6 +252,18 @@ class RunSummary(BaseModel):
     def with_role(self, role: MetricRole) -> Metric | None:
         """The first headline metric that declares ``role`` (plots read roles, not names)."""
         return next((m for m in self.headline if m.role == role), None)
+
+
+def score_metrics(results: Sequence[CaseResult]) -> list[Metric]:
+    """Each score of the finished results as a headline metric: a proportion with its Wilson interval, any other
+    number as its mean with a percentile bootstrap interval (``compare.summarize_metrics``; a case's repetitions
+    are averaged first)."""
+    from medeval_core.compare import summarize_metrics  # numpy and scipy: not at the CLI's start
+
+    return [Metric(name=summary.metric, value=summary.value, interval=(summary.ci_low, summary.ci_high),
+                   n=summary.n, denominator="finished cases", method=summary.interval,
+                   unit="proportion" if summary.kind == "proportion" else "number")
+            for summary in summarize_metrics(results)]
 
 
 class ScoredCase(BaseModel, Generic[O]):
@@ -272,8 +304,20 @@ class Benchmark(ABC, Generic[P, C, O]):
         responses); none by default. A launched run does them in its worker, as a benchmark's own ``run`` may."""
         return []
 
-    @abstractmethod
-    def summarize(self, params: P, cases: Sequence[C], results: Sequence[CaseResult]) -> RunSummary: ...
+    def summarize(self, params: P, cases: Sequence[C], results: Sequence[CaseResult]) -> RunSummary:
+        """The run's counts and each score over its finished cases (``score_metrics``); a benchmark overrides it
+        to add what its protocol reports, starting from ``run_counts``."""
+        return RunSummary(benchmark=self.name, counts=self.run_counts(params, cases, results),
+                          headline=score_metrics(results))
+
+    def run_counts(self, params: P, cases: Sequence[C], results: Sequence[CaseResult]) -> RunCounts:
+        """Expected (every case once per repetition), done, failed and pending results."""
+        return RunCounts.of(len(cases) * int(getattr(params, "repetitions", 1)), results)
+
+    def actors(self, params: P) -> RunActors:
+        """The run's agent, models by role and judge, named from its params (the runs page lists them); a score
+        run's judge is its scorer. None by default."""
+        return RunActors()
 
     def input_files(self, params: P) -> dict[str, str]:
         """Input files (name -> path) whose sha256 is stored with the run; a resume refuses when one changed."""

@@ -117,7 +117,33 @@ def _field_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
     return str, None
 
 
-COMMON_RUN_OPTIONS = ("run_id", "label", "json", "workers", "repetitions", "skip_bad_lines")
+COMMON_RUN_OPTIONS = ("run_id", "label", "json", "concurrency", "repetitions", "skip_bad_lines")
+
+
+class _RenamedOption(argparse.Action):
+    """An option's old name, hidden from --help: it sets the new option and says the new name on stderr.
+    (argparse's own ``deprecated=`` needs Python 3.13.)"""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new_name: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.new_name = new_name
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"note: {option_string} is now called {self.new_name}; the old name will go.", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_old_name(parser: argparse.ArgumentParser, old: str, new: str, kind: type = int) -> None:
+    """``old``, the name option ``new`` had before, kept as a hidden alias that says the new name."""
+    parser.add_argument(old, type=kind, dest=new.lstrip("-").replace("-", "_"), action=_RenamedOption, new_name=new)
+
+
+def add_concurrency_option(parser: argparse.ArgumentParser, description: str, default: int | None = None) -> None:
+    """``--concurrency N`` (cases run at once in this process), with ``--workers``, its name before a worker
+    meant a process holding leases, kept as a hidden alias."""
+    parser.add_argument("--concurrency", type=int, default=default, help=description)
+    add_old_name(parser, "--workers", "--concurrency")
 
 
 class BenchmarkCli:
@@ -166,7 +192,8 @@ class BenchmarkCli:
         if getattr(args, "skip_bad_lines", False):
             params = params.model_copy(update={"skip_bad_lines": True})
         return service.launch(self.name, params, settings, store, run_id=args.run_id,
-                              label=args.label, workers=args.workers, on_progress=on_progress, freeze_inputs=True)
+                              label=args.label, concurrency=args.concurrency, on_progress=on_progress,
+                              freeze_inputs=True)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return {"run": report.model_dump(mode="json"), "summary": summary.model_dump(mode="json")}
@@ -255,8 +282,8 @@ def _add_benchmark_commands(groups: CommandGroups) -> None:
         parser = groups.run.add_parser(name, help=item.description, description=item.description)
         cli = extension(name)
         cli.add_run_arguments(parser)
-        parser.add_argument("--workers", type=int, help="cases run at once (default: the benchmark's own; a resume "
-                                                        "keeps the stored number)")
+        add_concurrency_option(parser, "cases run at once (default: the benchmark's own; a resume keeps the stored "
+                                       "number)")
         parser.add_argument("--repetitions", type=_at_least_one,
                             help="times each case is run (default 1); the summary gives each repetition's metrics "
                                  "and their spread")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from medeval_core.benchmark import CaseContext
 
@@ -88,7 +88,22 @@ class Agent(Protocol[Obs_contra, A_co]):
     def act(self, observation: Obs_contra, turns_left: int) -> A_co: ...
 
 
+MAX_TURNS = AliasChoices("max_turns", "max_questions")
+"""How a run's turn budget is read from its stored params: runs stored before it had one name call it
+``max_questions``."""
+
+
+def with_max_turns(params: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent's stored params with an old ``max_questions`` read as ``max_turns``."""
+    given = dict(params)
+    if "max_questions" in given:
+        given.setdefault("max_turns", given.pop("max_questions"))
+    return given
+
+
 class Limits(BaseModel):
+    """An episode's limits, enforced by ``Episode.act`` alone: the environments and agents only read them."""
+
     max_turns: int | None = Field(default=None, ge=0)
     max_cost: float | None = Field(default=None, ge=0)
 

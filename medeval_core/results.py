@@ -53,21 +53,6 @@ def run_label(row: RunRow) -> str:
     return row.label or row.id
 
 
-def _agent(params: dict[str, Any]) -> str:
-    for key in ("agent", "model", "scorer", "stage"):
-        value = params.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
-def _judge(row: RunRow, params: dict[str, Any]) -> str:
-    if row.kind == RunKind.SCORE:
-        return str(params.get("scorer", ""))
-    value = params.get("judge")
-    return value if isinstance(value, str) else ""
-
-
 def headline_text(metric: Metric | None) -> str:
     if metric is None or metric.value is None:
         return ""
@@ -87,11 +72,10 @@ def run_listings(rows: Sequence[RunRow], states: Mapping[str, str]) -> list[RunL
     whose workers died is *interrupted*; the stored status for a run missing from it), from the rows alone."""
     listings = []
     for row in rows:
-        params = row.config.get("params", {}) if isinstance(row.config, dict) else {}
         summary = service.parsed_summary(row.summary)
         listings.append(RunListing(
-            id=row.id, label=row.label, benchmark=row.benchmark, kind=row.kind,
-            status=states.get(row.id, row.status), agent=_agent(params), judge=_judge(row, params),
+            id=row.id, label=row.label, benchmark=row.benchmark, kind=row.kind, status=states.get(row.id, row.status),
+            agent=summary.agent if summary else "", judge=summary.judge if summary else "",
             headline=headline_text(headline_metric(summary)),
             expected_cases=row.expected_cases, created_at=row.created_at, source_run_id=row.source_run_id,
         ))

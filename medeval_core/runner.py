@@ -177,7 +177,7 @@ class _Claims:
             runner = self.runner
             elapsed = time.monotonic() - self.tally.started
             rate = self.tally.finished_now / elapsed if elapsed > 0 else 0.0
-            size = int(min(runner.max_claim, max(runner.workers, rate * runner.claim_target_s)))
+            size = int(min(runner.max_claim, max(runner.concurrency, rate * runner.claim_target_s)))
             claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
                                 runner.lease_s, grouped=runner.claim_group is not None)
             for lease_id, case_id, repetition in claimed:
@@ -193,7 +193,7 @@ class BatchRunner:
         self,
         store: Store,
         settings: Settings,
-        workers: int = 1,
+        concurrency: int = 1,
         models: ModelRoles | None = None,
         on_progress: ProgressCallback | None = None,
         cancel_poll_seconds: float = 1.0,
@@ -212,11 +212,11 @@ class BatchRunner:
         claim looks again while other workers still hold cases of the run. ``claim_group``: the solver's groups of
         cases computed together (a generation batch, by case id): a worker claims whole groups, so no two workers
         generate one batch."""
-        if workers < 1:
-            raise ValueError("workers must be at least 1.")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1.")
         self.store = store
         self.settings = settings
-        self.workers = workers
+        self.concurrency = concurrency
         self.models = models or ModelRoles()
         self.on_progress = on_progress
         self.cancel_poll_seconds = cancel_poll_seconds
@@ -255,7 +255,7 @@ class BatchRunner:
         total = len(cases) * repetitions
         now = utc_now()
         worker = RunWorkerRow(id=f"{HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}", run_id=run_id, host=HOST,
-                              pid=os.getpid(), threads=self.workers, started_at=now,
+                              pid=os.getpid(), threads=self.concurrency, started_at=now,
                               heartbeat_at=now, expires_at=now + timedelta(seconds=self.lease_s))
         keys = self._queue_keys(cases, repetitions)
         self.db(self.store.join_run,
@@ -373,11 +373,11 @@ class BatchRunner:
                 leave(worker_id)
 
     def _drain(self, run_id: str, claims: _Claims, run_case: CaseFunction, tally: _Tally) -> bool:
-        """Run claimed cases with at most ``workers`` in flight, committing finished ones in groups, until the
+        """Run claimed cases with at most ``concurrency`` in flight, committing finished ones in groups, until the
         run's queue is drained (no case left undone by any worker). Returns True when cancelled."""
         window = _CommitWindow(self.commit_interval_s, self.max_commit_cases)
         self._last_poll = time.monotonic()
-        if self.workers == 1:
+        if self.concurrency == 1:
             # One case in flight either way: running it in this thread saves a hand-over per case.
             while not self._cancel_requested(run_id):
                 key = claims.next()
@@ -393,9 +393,9 @@ class BatchRunner:
             self._commit(run_id, window.take(), claims, tally)
             return self._cancel.is_set()
         in_flight: set[Future[CaseRecords]] = set()
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"run-{run_id}") as pool:
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"run-{run_id}") as pool:
             while True:
-                while not self._cancel_requested(run_id) and len(in_flight) < self.workers:
+                while not self._cancel_requested(run_id) and len(in_flight) < self.concurrency:
                     key = claims.next()
                     if key is None:
                         break

@@ -1,6 +1,6 @@
 """Launch, resume, score-run, summarise and export runs: the one entry point for the CLI and the pages.
 
-A run's parameters are the benchmark's typed ``Params``, stored whole (workers included) with the effective
+A run's parameters are the benchmark's typed ``Params``, stored whole (concurrency included) with the effective
 settings, their hash, the library versions and the sha256 of every input file. A ``run_id`` that names an
 existing run continues *that run's stored configuration*: a launch whose parameters differ is refused, and so is
 a resume after an input file changed, so two files' rows or two protocols never mix in one run.
@@ -28,6 +28,7 @@ from medeval_core.benchmark import (
     ModelRoles,
     RepetitionSummary,
     RunSummary,
+    Score,
     ScoreParams,
     Scorer,
     Solver,
@@ -51,8 +52,9 @@ from medeval_core.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, 
 from medeval_core.settings import BackendChoice, Settings, runtime_versions, walkthrough_idle_limit
 from medeval_core.store import RunRow, Store, StoreError
 
-# Workers change how fast a run goes, never what it computes: a resume may choose another number.
-RUNTIME_ONLY_PARAMS = frozenset({"workers"})
+# Concurrency changes how fast a run goes, never what it computes: a resume may choose another number (runs
+# stored before the rename call it "workers").
+RUNTIME_ONLY_PARAMS = frozenset({"concurrency", "workers"})
 
 T = TypeVar("T")
 
@@ -157,9 +159,15 @@ def _case_function(solver: Solver[Any, Any], scorers: Sequence[Scorer[Any, Any]]
 
 
 def _scored(case: Case, output: BaseModel, ctx: CaseContext, scorers: Sequence[Scorer[Any, Any]]) -> CaseOutcome:
-    scores = {}
+    scores: dict[str, Score] = {}
+    named_by: dict[str, str] = {}
     for scorer in scorers:
-        scores.update(scorer(case, output, ctx))
+        for name, score in scorer(case, output, ctx).items():
+            if name in named_by:
+                raise BenchmarkError(f"The scorers {named_by[name]!r} and {scorer.name!r} both name a metric "
+                                     f"{name!r}; give one of them another name so neither score is lost.")
+            named_by[name] = scorer.name
+            scores[name] = score
     return CaseOutcome(
         output=output.model_dump(mode="json"),
         metrics={name: score.value for name, score in scores.items()},
@@ -204,7 +212,7 @@ def launch(
     store: Store,
     run_id: str | None = None,
     label: str = "",
-    workers: int | None = None,
+    concurrency: int | None = None,
     on_progress: ProgressCallback | None = None,
     freeze_inputs: bool = False,
 ) -> RunReport:
@@ -216,28 +224,28 @@ def launch(
     requested = typed.model_dump(mode="json")
     stored = _stored_config(store, run_id, benchmark_name, RunKind.BATCH, requested) if run_id else None
     if stored is not None:
-        return _continue(benchmark, stored, run_id or "", settings, store, workers, on_progress, freeze_inputs)
+        return _continue(benchmark, stored, run_id or "", settings, store, concurrency, on_progress, freeze_inputs)
     with long_lived(freeze_inputs):
         new_id, cases = _new_run(benchmark, typed, settings, store, run_id, label)
-        runner, run_case, repetitions = _prepare(benchmark, typed, cases, new_id, settings, store, workers,
+        runner, run_case, repetitions = _prepare(benchmark, typed, cases, new_id, settings, store, concurrency,
                                                  on_progress)
     return _execute(runner, new_id, cases, run_case, repetitions, settings, store)
 
 
 def _continue(benchmark: Benchmark[Any, Any, Any], config: RunConfig, run_id: str, settings: Settings,
-              store: Store, workers: int | None, on_progress: ProgressCallback | None,
+              store: Store, concurrency: int | None, on_progress: ProgressCallback | None,
               freeze_inputs: bool = False, lease_s: float | None = None) -> RunReport:
     typed = benchmark.parse_params(config.params)
     with long_lived(freeze_inputs):
         _, cases = _fingerprints_while(benchmark.input_files(typed), lambda: benchmark.cases(typed, settings),
                                        lambda current: _check_inputs(config, current, run_id))
-        runner, run_case, repetitions = _prepare(benchmark, typed, cases, run_id, settings, store, workers,
+        runner, run_case, repetitions = _prepare(benchmark, typed, cases, run_id, settings, store, concurrency,
                                                  on_progress, lease_s)
     return _execute(runner, run_id, cases, run_case, repetitions, settings, store)
 
 
 def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case], run_id: str,
-             settings: Settings, store: Store, workers: int | None,
+             settings: Settings, store: Store, concurrency: int | None,
              on_progress: ProgressCallback | None, lease_s: float | None = None) -> tuple[BatchRunner, Any, int]:
     """The runner, the per-case function and the repetitions of a run (the solver sees the cases still to do);
     ``lease_s``: the runner's lease time, when not its default."""
@@ -247,7 +255,7 @@ def _prepare(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequ
         cases, lambda case_id: any((case_id, rep) not in finished for rep in range(repetitions)))
     solver = benchmark.solver(params, settings, todo)
     run_case = _case_function(solver, benchmark.scorers(params, settings))
-    runner = BatchRunner(store, settings, workers=workers or int(getattr(params, "workers", 1)),
+    runner = BatchRunner(store, settings, concurrency=concurrency or int(getattr(params, "concurrency", 1)),
                          models=ModelRoles(benchmark.models(params, settings)), on_progress=on_progress,
                          lease_s=lease_s or DEFAULT_LEASE_S, claim_group=getattr(solver, "claim_group", None))
     return runner, run_case, repetitions
@@ -267,14 +275,14 @@ def score_run(
     store: Store,
     run_id: str | None = None,
     label: str = "",
-    workers: int | None = None,
+    concurrency: int | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> RunReport:
     """Apply a scorer to a stored run's outputs, as a run of its own that names its ``source_run_id``."""
     source, benchmark, source_params, cases, score_run_id = _score_run_of(source_run_id, params, settings, store,
                                                                           run_id, label)
     return _execute_score(benchmark, params, source_params, cases, source_run_id, score_run_id,
-                          source.repetitions, settings, store, workers, on_progress)
+                          source.repetitions, settings, store, concurrency, on_progress)
 
 
 def create_score_run(source_run_id: str, params: ScoreParams, settings: Settings, store: Store,
@@ -310,7 +318,7 @@ def _score_run_of(source_run_id: str, params: ScoreParams, settings: Settings, s
 
 def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, source_params: BaseModel,
                    cases: Sequence[Case], source_run_id: str, run_id: str, repetitions: int, settings: Settings,
-                   store: Store, workers: int | None, on_progress: ProgressCallback | None) -> RunReport:
+                   store: Store, concurrency: int | None, on_progress: ProgressCallback | None) -> RunReport:
     scorer = benchmark.scorer(params.scorer, params.options, settings)
     outputs = {(r.case_id, r.repetition): r.output for r in store.results(source_run_id, CaseStatus.OK)}
 
@@ -321,16 +329,16 @@ def _execute_score(benchmark: Benchmark[Any, Any, Any], params: ScoreParams, sou
                               "first, then this one.")
         return _scored(case, benchmark.parse_output(raw), ctx, [scorer])
 
-    runner = BatchRunner(store, settings, workers=workers or params.workers,
+    runner = BatchRunner(store, settings, concurrency=concurrency or params.concurrency,
                          models=ModelRoles(benchmark.models(source_params, settings)), on_progress=on_progress)
     return _execute(runner, run_id, cases, run_case, repetitions, settings, store)
 
 
-def resume(run_id: str, settings: Settings, store: Store, workers: int | None = None,
+def resume(run_id: str, settings: Settings, store: Store, concurrency: int | None = None,
            on_progress: ProgressCallback | None = None, freeze_inputs: bool = False,
            lease_s: float | None = None) -> RunReport:
     """Execute a stored run (pending, interrupted, cancelled or with failed cases) exactly as it was configured,
-    as one more worker of it when others are already on it (its stored workers unless ``workers`` is given);
+    as one more worker of it when others are already on it (its stored concurrency unless ``concurrency`` is given);
     ``freeze_inputs`` as for ``launch``; ``lease_s``: how long its case claims last without a heartbeat."""
     config = startable(store, run_id)
     settings = run_settings(settings, config)
@@ -339,19 +347,19 @@ def resume(run_id: str, settings: Settings, store: Store, workers: int | None = 
         if config.source_run_id is None:
             raise BenchmarkError(f"Score run {run_id} does not name the run it scores.")
         return score_run(config.source_run_id, ScoreParams.model_validate(config.params), settings, store,
-                         run_id=run_id, workers=workers, on_progress=on_progress)
-    report = _continue(benchmark, config, run_id, settings, store, workers, on_progress, freeze_inputs, lease_s)
+                         run_id=run_id, concurrency=concurrency, on_progress=on_progress)
+    report = _continue(benchmark, config, run_id, settings, store, concurrency, on_progress, freeze_inputs, lease_s)
     if report.status == RunStatus.COMPLETED:
-        run_score_stages(run_id, settings, store, workers, on_progress)
+        run_score_stages(run_id, settings, store, concurrency, on_progress)
     return report
 
 
-def run_score_stages(run_id: str, settings: Settings, store: Store, workers: int | None = None,
+def run_score_stages(run_id: str, settings: Settings, store: Store, concurrency: int | None = None,
                      on_progress: ProgressCallback | None = None) -> list[RunReport]:
     """Execute the score runs stored as *pending* over ``run_id`` (the stages a launch planned after it, such as
     a judge over its responses): a launched run's worker does every stage of its plan."""
     return [score_run(run_id, ScoreParams.model_validate(row.config["params"]), settings, store, run_id=row.id,
-                      workers=workers, on_progress=on_progress)
+                      concurrency=concurrency, on_progress=on_progress)
             for row in store.runs_scoring(run_id) if row.status == RunStatus.PENDING]
 
 
@@ -397,7 +405,11 @@ def summarize_run(store: Store, run_id: str, settings: Settings) -> RunSummary:
         params_source = RunConfig.model_validate(store.get_run(config.source_run_id).config)
     params = benchmark.parse_params(params_source.params)
     cases, results = benchmark.cases(params, settings), store.results(run_id)
-    return summarize_repetitions(benchmark, params, cases, results, benchmark.summarize(params, cases, results))
+    summary = summarize_repetitions(benchmark, params, cases, results, benchmark.summarize(params, cases, results))
+    actors = benchmark.actors(params)
+    if config.kind == RunKind.SCORE:
+        actors.judge = ScoreParams.model_validate(config.params).scorer
+    return summary.model_copy(update=actors.model_dump())
 
 
 def summarize_repetitions(benchmark: Benchmark[Any, Any, Any], params: BaseModel, cases: Sequence[Case],

@@ -60,12 +60,12 @@ def worker_log_tail(settings: Settings, run_id: str, max_lines: int = 40, max_by
     return "\n".join(lines[-max_lines:]) or None
 
 
-def worker_command(run_id: str, workers: int | None = None) -> list[str]:
+def worker_command(run_id: str, concurrency: int | None = None) -> list[str]:
     command = [sys.executable, "-m", "medeval_core", "worker", run_id]
-    return [*command, "--workers", str(workers)] if workers else command
+    return [*command, "--concurrency", str(concurrency)] if concurrency else command
 
 
-def start_worker(settings: Settings, run_id: str, workers: int | None = None) -> int:
+def start_worker(settings: Settings, run_id: str, concurrency: int | None = None) -> int:
     """Start ``python -m medeval_core worker RUN_ID`` detached (its own session and process group, output
     appended to ``worker_log_path``) and return its pid. The worker reads the same store, data and configuration
     folders as ``settings`` (passed through the environment; API keys stay in the environment it inherits)."""
@@ -75,7 +75,7 @@ def start_worker(settings: Settings, run_id: str, workers: int | None = None) ->
     environment = {**os.environ, "MEDEVAL_DB_URL": settings.db_url, "MEDEVAL_DATA_DIR": str(settings.data_dir),
                    "MEDEVAL_CONFIG_DIR": str(settings.config_dir)}
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(worker_command(run_id, workers), cwd=PROJECT_ROOT, env=environment,
+        process = subprocess.Popen(worker_command(run_id, concurrency), cwd=PROJECT_ROOT, env=environment,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     # Reap it when it ends, so a long-lived server collects no zombies; the thread does not keep this process up.

@@ -71,7 +71,7 @@ intake = walk.intake()
 left, middle, right = st.columns(3)
 left.metric("Age", patient.age)
 middle.metric("Sex", SEXES.get(patient.sex, patient.sex))
-right.metric("Questions asked", f"{len(walk.asked)} / {walk.max_questions}")
+right.metric("Questions asked", f"{len(walk.asked)} / {walk.max_turns}")
 st.markdown(f"**Reason for consulting** ({literal(intake.initial_evidence)}): {literal(intake.initial_question)} "
             "— **yes**")
 st.caption(f"Walkthrough {walk.id} on row {patient.row}; the link in the address bar brings it back.")

@@ -47,7 +47,7 @@ if walk is None:
 
 case = walk.case
 left, right = st.columns(2)
-left.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_questions}")
+left.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_turns}")
 right.metric("Case", case.case_id)
 st.markdown("**Initial information**")
 st.text(case.initial_info or "(none: this is a knowledge question without a vignette)")

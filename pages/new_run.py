@@ -44,8 +44,8 @@ def score_stored_run() -> None:
                               help="the scorers of the chosen run's benchmark (a judge, re-costing, ...)")
         options = st.text_area("Scorer options (JSON)", value="{}", key="score_options", height=80,
                                help='e.g. {"backend": "offline"} for the DDI judge')
-        score_workers = st.number_input("Cases scored at once", min_value=1, max_value=512, value=1, step=1,
-                                        key="score_workers")
+        score_concurrency = st.number_input("Cases scored at once", min_value=1, max_value=512, value=1, step=1,
+                                        key="score_concurrency")
         score_label = st.text_input("Run label", key="score_label")
         submitted = st.form_submit_button("Launch scoring", type="primary")
     if not submitted:
@@ -62,8 +62,8 @@ def score_stored_run() -> None:
         st.error("Not launched: the scorer options must be a JSON object, e.g. {}.")
         return
     try:
-        launched = launch.launch_score(source_id, ScoreParams(scorer=scorer, options=parsed,
-                                                              workers=int(score_workers)), settings, score_label)
+        params = ScoreParams(scorer=scorer, options=parsed, concurrency=int(score_concurrency))
+        launched = launch.launch_score(source_id, params, settings, score_label)
     except launch.LaunchError as exc:
         st.error(literal(f"Not launched: {exc}"))
         return

@@ -47,7 +47,7 @@ if walk is None:
     st.stop()
 
 record = walk.record
-st.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_questions}")
+st.metric("Questions asked", f"{len(walk.replies)} / {walk.consultation.max_turns}")
 st.markdown("**Chief complaint**")
 st.text(record.chief_complaint)
 if record.objective:

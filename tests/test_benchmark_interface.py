@@ -1,5 +1,5 @@
 """The benchmark seam: a benchmark defined outside medeval plugs in through its spec alone, its parameters are
-stored whole, a --run-id with other parameters is refused, resume keeps the stored workers, score runs apply a
+stored whole, a --run-id with other parameters is refused, resume keeps the stored concurrency, score runs apply a
 scorer to a stored run, and group commit survives SIGKILL with exactly one result per case."""
 
 import functools
@@ -160,11 +160,11 @@ def test_without_the_variable_the_toy_is_not_registered(monkeypatch: pytest.Monk
 
 def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id(
         toy: None, isolated_store: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "counting", "--n-cases", "4", "--workers", "3", "--run-id", "c1", "--json"]) == 0
+    assert main(["run", "counting", "--n-cases", "4", "--concurrency", "3", "--run-id", "c1", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["summary"]["counts"] == {"expected": 4, "done": 4, "failed": 0, "pending": 0}
     stored = Store(isolated_store).get_run("c1").config
-    assert stored["params"] == {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0,
+    assert stored["params"] == {"concurrency": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0,
                                 "fail_summary": False}
     assert stored["kind"] == "batch" and stored["settings_hash"] and stored["versions"]["medeval"]
 
@@ -174,21 +174,68 @@ def test_cli_run_stores_params_whole_and_refuses_other_params_on_the_same_run_id
     assert len(Store(isolated_store).results("c1")) == 4  # nothing was added to the stored run
 
 
-def test_resume_keeps_the_stored_workers(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = Store(isolated_store)
-    settings = load_settings()
-    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, workers=5)),
-                     run_id="w", expected_cases=6)
+def concurrency_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The concurrency of every BatchRunner made from now on, in order."""
     seen: list[int] = []
     original = BatchRunner.__init__
 
     def spy(self: BatchRunner, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        seen.append(self.workers)
+        seen.append(self.concurrency)
 
     monkeypatch.setattr(BatchRunner, "__init__", spy)
+    return seen
+
+
+def test_resume_keeps_the_stored_concurrency(toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=6, concurrency=5)),
+                     run_id="w", expected_cases=6)
+    seen = concurrency_seen(monkeypatch)
     assert service.resume("w", settings, store).status == RunStatus.COMPLETED
     assert seen == [5]
+
+
+def old_shape_run(store: Store, run_id: str, params: dict[str, Any], kind: RunKind = RunKind.BATCH,
+                  source_run_id: str | None = None) -> None:
+    """A run stored before ``workers`` (cases at once) was renamed ``concurrency``: its params say ``workers``."""
+    config = service.new_run_config("counting", load_settings(), CountingParams(n_cases=1))
+    config = config.model_copy(update={"params": params, "kind": kind, "source_run_id": source_run_id})
+    store.create_run(config, run_id=run_id, expected_cases=params.get("n_cases", 4))
+    assert "concurrency" not in store.get_run(run_id).config["params"]
+
+
+def test_a_run_stored_with_workers_loads_resumes_and_rescores_with_that_concurrency(
+        toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(isolated_store)
+    settings = load_settings()
+    old = {"workers": 3, "repetitions": 1, "n_cases": 4, "sleep_s": 0.0, "fail_every": 0, "fail_summary": False}
+    old_shape_run(store, "old", old)
+    old_shape_run(store, "old-parity", {"scorer": "parity", "options": {"modulus": 2}, "workers": 2},
+                  kind=RunKind.SCORE, source_run_id="old")
+    seen = concurrency_seen(monkeypatch)
+    assert service.resume("old", settings, store).status == RunStatus.COMPLETED  # then its pending score run
+    assert store.get_run("old-parity").status == RunStatus.COMPLETED and len(store.results("old-parity")) == 4
+    assert seen == [3, 2]  # each run's stored number of cases at once
+    # The same parameters under the new name continue the old run rather than being refused as different.
+    assert main(["run", "counting", "--n-cases", "4", "--concurrency", "2", "--run-id", "old", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["counts"]["done"] == 4
+    rescored = service.score_run("old", service.ScoreParams.model_validate({"scorer": "parity", "workers": 2}),
+                                 settings, store, run_id="new-parity")
+    assert (rescored.done, store.get_run("new-parity").config["params"]["concurrency"]) == (4, 2)
+
+
+def test_workers_is_a_hidden_alias_of_concurrency_that_names_the_new_option(
+        toy: None, isolated_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "counting", "--n-cases", "2", "--workers", "2", "--run-id", "w2", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--workers is now called --concurrency") == 1
+    assert Store(isolated_store).get_run("w2").config["params"]["concurrency"] == 2
+    with pytest.raises(SystemExit):
+        main(["run", "counting", "--help"])
+    usage = capsys.readouterr().out
+    assert "--concurrency" in usage and "--workers" not in usage
 
 
 def test_a_score_run_scores_a_stored_runs_outputs_with_its_source_named(toy: None, isolated_store: str) -> None:
@@ -260,7 +307,7 @@ def test_two_executions_of_one_run_at_once_store_each_case_once(toy: None, isola
     store = Store(isolated_store)
     settings = load_settings()
     store.create_run(service.new_run_config("counting", settings, CountingParams(n_cases=300, sleep_s=0.001,
-                                                                                 workers=4)),
+                                                                                 concurrency=4)),
                      run_id="twice", expected_cases=300)
     threads = [threading.Thread(target=service.resume, args=("twice", settings, Store(isolated_store)))
                for _ in range(2)]
@@ -281,3 +328,63 @@ def test_metrics_are_shown_in_their_own_unit() -> None:
     assert Metric(name="DDF1", value=80.63, n=3, denominator="planned", unit="percent").format(80.63) == "80.63"
     assert Metric(name="responses", value=40.0, n=40, denominator="expected", unit="count").format(40.0) == "40"
     assert share.format(None) == "n/a"
+
+
+def test_the_default_summary_counts_and_gives_each_score_its_mean_or_wilson_interval() -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    from medeval_core.benchmark import Benchmark
+    from medeval_core.records import CaseResult, CaseStatus
+    from tests.support.counting_benchmark import CountingBenchmark, make_cases
+
+    class Plain(CountingBenchmark):  # a benchmark that adds nothing to the summary
+        summarize = Benchmark.summarize
+
+    results = [CaseResult(run_id="r", case_id=f"case-{i:04d}", status=CaseStatus.OK,
+                          metrics={"even": i % 2 == 0, "index": float(i)}) for i in range(5)]
+    results.append(CaseResult(run_id="r", case_id="case-0005", status=CaseStatus.FAILED, error="boom"))
+    summary = Plain().summarize(CountingParams(n_cases=8, repetitions=2), make_cases(8), results)
+    assert summary.counts.model_dump() == {"expected": 16, "done": 5, "failed": 1, "pending": 10}
+    even, index = summary.metric("even"), summary.metric("index")
+    assert even is not None and index is not None
+    assert even.value == pytest.approx(3 / 5) and even.n == 5 and even.unit == "proportion"
+    assert even.interval == pytest.approx(proportion_confint(3, 5, method="wilson"))
+    assert index.value == pytest.approx(2.0) and index.unit == "number" and index.method == "percentile bootstrap"
+    assert index.interval is not None and index.interval[0] < 2.0 < index.interval[1]
+
+
+def test_two_scorers_naming_one_metric_are_refused_instead_of_overwriting(
+        toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.counting_benchmark import CountingBenchmark, _IndexScorer
+
+    class AlsoIndex(_IndexScorer):
+        name = "also-index"
+
+    monkeypatch.setattr(CountingBenchmark, "scorers", lambda self, params, settings: (_IndexScorer(), AlsoIndex()))
+    store = Store(isolated_store)
+    report = service.launch("counting", CountingParams(n_cases=2), load_settings(), store, run_id="clash")
+    assert (report.done, report.failed) == (0, 2)
+    assert all(r.error and r.error.startswith(
+        "BenchmarkError: The scorers 'index' and 'also-index' both name a metric 'index'; give one of them another "
+        "name so neither score is lost.") for r in store.results("clash"))
+
+
+def test_a_summary_names_the_runs_agent_models_and_judge_and_the_run_list_reads_them(
+        toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medeval_core.benchmark import RunActors
+    from medeval_core.results import run_listings
+    from tests.support.counting_benchmark import CountingBenchmark
+
+    monkeypatch.setattr(CountingBenchmark, "actors", lambda self, params: RunActors(
+        agent=f"counter-{params.n_cases}", models={"counter": "abacus-1"}))
+    store = Store(isolated_store)
+    settings = load_settings()
+    service.launch("counting", CountingParams(n_cases=3), settings, store, run_id="named")
+    service.score_run("named", service.ScoreParams(scorer="parity"), settings, store, run_id="named-parity")
+    summary = service.stored_summary(store, "named")
+    assert summary is not None
+    assert (summary.agent, summary.models, summary.judge) == ("counter-3", {"counter": "abacus-1"}, "")
+    scored = service.stored_summary(store, "named-parity")
+    assert scored is not None and (scored.agent, scored.judge) == ("counter-3", "parity")
+    listed = {row.id: (row.agent, row.judge) for row in run_listings(store.list_runs(), {})}
+    assert listed == {"named": ("counter-3", ""), "named-parity": ("counter-3", "parity")}

@@ -43,7 +43,7 @@ def run_under_way(own_postgres: PostgresCluster, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("MEDEVAL_DB_URL", url)
     monkeypatch.setenv("MEDEVAL_BENCHMARKS", COUNTING)
     store = Store(url)
-    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "workers": 2})
+    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "concurrency": 2})
     worker = start_worker(url, run_id, outage_s, *worker_args)
     wait_for(lambda: store.result_counts(run_id).get("ok", 0) >= 20, timeout_s=120)
     return store, run_id, worker

@@ -297,7 +297,7 @@ def test_judge_only_accepts_ddi_column_names_and_resume_uses_the_chosen_concurre
     assert verdicts == {"000001.png": True, "000002.png": False}
 
     stored = context.current_store().get_run(run_id).config
-    assert stored["kind"] == RunKind.SCORE and stored["params"]["workers"] == 3  # what `resume` will use
+    assert stored["kind"] == RunKind.SCORE and stored["params"]["concurrency"] == 3  # what `resume` will use
     assert main(["judge", "ddi", "--responses", str(responses), "--concurrency", "0"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err
 
@@ -326,7 +326,7 @@ def test_a_second_judge_scores_the_same_stored_responses(
     with FakeOpenAI(judge) as server:
         llm = service.score_run("two-judges", service.ScoreParams(
             scorer="ddi-judge", options={"backend": "openai", "base_url": server.url, "model": "judge-llm"},
-            workers=4), settings, store, run_id="two-judges-llm")
+            concurrency=4), settings, store, run_id="two-judges-llm")
     assert (llm.done, llm.failed, llm.pending) == (6, 0, 0)
     assert len(server.chat_requests()) == 6
     assert len(vision.chat_requests()) == 6  # the responses were not generated again
@@ -356,8 +356,8 @@ def test_run_id_reuse_with_other_parameters_is_refused(
         assert main([*argv, "--max-new-tokens", "12"]) == 2
         error = capsys.readouterr().err
         assert "fixed-id" in error and "other parameters" in error and "generation" in error
-        # The same parameters continue the stored runs (nothing left to do), other workers included.
-        again = cli_json(capsys, *argv, "--workers", "3")
+        # The same parameters continue the stored runs (nothing left to do), another concurrency included.
+        again = cli_json(capsys, *argv, "--concurrency", "3")
     assert again["model_run"]["done"] == 6 and again["judge_run"]["done"] == 6
     assert len(server.chat_requests()) == 6
 

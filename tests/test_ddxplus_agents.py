@@ -93,7 +93,7 @@ def test_agent_without_the_kb_records_it_and_needs_training_patients(kb, split):
 
 
 def test_stops_at_the_confidence_threshold_or_the_limit(kb, split):
-    strict = KBBayesAgent.fit(kb, split[0], KBBayesConfig(confidence=1.0, max_questions=5, differential_questions=0))
+    strict = KBBayesAgent.fit(kb, split[0], KBBayesConfig(confidence=1.0, max_turns=5, differential_questions=0))
     assert len(consult(strict, kb, split[1].patient(3), OfflineContext()).output().inquired) == 5
     loose = KBBayesAgent.fit(kb, split[0], KBBayesConfig(confidence=0.5, differential_questions=0))
     episode = Consultation(kb, split[1].patient(3))
@@ -101,6 +101,16 @@ def test_stops_at_the_confidence_threshold_or_the_limit(kb, split):
     while (code := session.next_question()) is not None:
         session.observe(episode.ask(code).as_answer())
     assert session.posterior().max() >= 0.5
+
+
+def test_a_run_stored_with_max_questions_keeps_its_agents_budget_as_max_turns(kb, split):
+    from medeval_core.benchmarks.ddxplus.benchmark import build_agent
+    from medeval_core.settings import load_settings
+
+    old = build_agent("kb-bayes", kb, split[0], load_settings(), {"confidence": 1.0, "max_questions": 4,
+                                                                  "differential_questions": 0})
+    assert old.params()["max_turns"] == 4 and "max_questions" not in old.params()
+    assert len(consult(old, kb, split[1].patient(3), OfflineContext()).output().inquired) == 4
 
 
 def test_suggestion_matches_the_next_question_after_a_person_asked(kb, split):

@@ -136,7 +136,7 @@ def test_batch_run_records_failures_and_the_kb_condition(kb, monkeypatch):
         monkeypatch.setenv("MEDEVAL_CHAT_MODEL", "fake-doctor")
         reset()
         settings = current_settings()
-        params = build_params(settings, sample_csv(), "llm", limit=6, agent_params={"max_invalid": 1}, workers=3)
+        params = build_params(settings, sample_csv(), "llm", limit=6, agent_params={"max_invalid": 1}, concurrency=3)
         assert params.reads_kb is False and params.agent_params["model"] == "fake-doctor"
         report = service.launch("ddxplus", params, settings, current_store(), run_id="llm-run")
     store = current_store()

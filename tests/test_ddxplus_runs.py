@@ -1,5 +1,5 @@
 """DDXPlus batch runs through the service and runner: CLI, stored dialogues and summary, resume after failures,
-stored parameters (workers, input files), and agents given by import path."""
+stored parameters (concurrency, input files), and agents given by import path."""
 
 from __future__ import annotations
 
@@ -247,25 +247,25 @@ def test_resume_after_the_patients_file_became_unreadable_as_patients_is_refused
         service.resume("garbled", settings, current_store())
 
 
-def test_resume_keeps_the_stored_workers(small_sets, monkeypatch):
+def test_resume_keeps_the_stored_concurrency(small_sets, monkeypatch):
     test_csv, _ = small_sets
     settings = current_settings()
     store = current_store()
-    params = build_params(settings, test_csv, "kb-bayes", limit=4, workers=3)
+    params = build_params(settings, test_csv, "kb-bayes", limit=4, concurrency=3)
     service.launch("ddxplus", params, settings, store, run_id="three-workers")
-    assert store.get_run("three-workers").config["params"]["workers"] == 3
+    assert store.get_run("three-workers").config["params"]["concurrency"] == 3
     seen: list[int] = []
     real = service.BatchRunner
 
     class Recording(real):  # type: ignore[misc, valid-type]
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            seen.append(kwargs["workers"])
+            seen.append(kwargs["concurrency"])
 
     monkeypatch.setattr(service, "BatchRunner", Recording)
     service.resume("three-workers", settings, store)
     assert seen == [3]
-    # Another launch with the same id (workers not given) continues with the stored 3 as well.
+    # Another launch with the same id (concurrency not given) continues with the stored 3 as well.
     service.launch("ddxplus", build_params(settings, test_csv, "kb-bayes", limit=4), settings, store,
                    run_id="three-workers")
     assert seen == [3, 3]
@@ -280,7 +280,7 @@ def test_agent_by_import_path(small_sets):
     settings = current_settings()
     store = current_store()
     params = build_params(settings, test_csv, f"{__name__}:FirstQuestionsAgent", limit=5,
-                          agent_params={"n": 4, "guess": "Bronchitis"}, workers=2)
+                          agent_params={"n": 4, "guess": "Bronchitis"}, concurrency=2)
     assert params.reads_kb is False and params.agent_params == {"n": 4, "guess": "Bronchitis"}
     before = FirstQuestionsAgent.instances
     service.launch("ddxplus", params, settings, store, run_id="outside-here")
@@ -303,7 +303,7 @@ def test_spec_is_light_and_lists_the_page():
     assert spec.pages[0].path == "pages/ddxplus_walkthrough.py" and spec.model_roles[0].name == "chat"
 
 
-def test_concurrent_workers_run_cases_at_once(small_sets, monkeypatch):
+def test_concurrent_cases_run_at_once(small_sets, monkeypatch):
     test_csv, _ = small_sets
     settings = current_settings()
     real = ddx_benchmark.consult
@@ -323,7 +323,7 @@ def test_concurrent_workers_run_cases_at_once(small_sets, monkeypatch):
                 active[0] -= 1
 
     monkeypatch.setattr(ddx_benchmark, "consult", consult)
-    params = build_params(settings, test_csv, "kb-bayes", limit=3, workers=3)
+    params = build_params(settings, test_csv, "kb-bayes", limit=3, concurrency=3)
     report = service.launch("ddxplus", params, settings, current_store())
     assert report.done == 3 and peak[0] == 3
 

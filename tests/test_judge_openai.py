@@ -239,7 +239,7 @@ def test_a_mixed_batch_score_run_ends_with_every_case_judged_or_failed(
                    run_id="mixed-responses")
     report = service.score_run("mixed-responses", service.ScoreParams(
         scorer="ddi-judge", options={"backend": "openai", "base_url": server.url, "model": "judge-under-test"},
-        workers=16), settings, store, run_id="mixed-judge")
+        concurrency=16), settings, store, run_id="mixed-judge")
     assert (report.done, report.failed, report.pending) == (36, 4, 0)
     failed = {r.case_id for r in store.results("mixed-judge", status=CaseStatus.FAILED)}
     assert failed == {"case-03", "case-13", "case-23", "case-33"}

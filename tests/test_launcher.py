@@ -24,8 +24,9 @@ NEW_RUN_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "new_run.p
 
 def test_form_fields_carry_defaults_limits_help_and_data_suggestions(data_dir: Path) -> None:
     specs = {s.name: s for s in field_specs(DDXPlusParams, data_folders=[data_dir / "ddxplus"])}
-    assert (specs["workers"].kind, specs["workers"].default, specs["workers"].minimum) == ("integer", 1, 1.0)
-    assert specs["workers"].maximum == 512 and specs["workers"].help == "cases run at once"
+    concurrency = specs["concurrency"]
+    assert (concurrency.kind, concurrency.default, concurrency.minimum) == ("integer", 1, 1.0)
+    assert concurrency.maximum == 512 and concurrency.help == "cases run at once"
     assert specs["limit"].optional and specs["limit"].default is None and specs["limit"].minimum == 1
     assert specs["patients"].required and specs["patients"].default.endswith("patients_sample_en.csv")
     assert specs["kb"].source == "folder" and specs["kb"].default == str((data_dir / "ddxplus").resolve())
@@ -55,14 +56,14 @@ def test_ddi_model_stage_form_starts_from_the_protocol_settings(data_dir: Path) 
 
 def test_validation_names_every_wrong_field_in_one_sentence_each() -> None:
     with pytest.raises(FormError) as raised:
-        validate_form(DDXPlusParams, {"patients": "p.csv", "kb": "kb", "agent": "kb-bayes", "workers": 0,
+        validate_form(DDXPlusParams, {"patients": "p.csv", "kb": "kb", "agent": "kb-bayes", "concurrency": 0,
                                       "limit": "0", "agent_params": "{not json"})
     message = str(raised.value)
     assert "agent params: not valid JSON" in message
     with pytest.raises(FormError) as raised:
-        validate_form(DDXPlusParams, {"patients": "p.csv", "kb": "kb", "agent": "kb-bayes", "workers": 0,
+        validate_form(DDXPlusParams, {"patients": "p.csv", "kb": "kb", "agent": "kb-bayes", "concurrency": 0,
                                       "limit": 0})
-    assert str(raised.value) == ("workers: Input should be greater than or equal to 1. "
+    assert str(raised.value) == ("concurrency: Input should be greater than or equal to 1. "
                                  "limit: Input should be greater than or equal to 1.")
     with pytest.raises(FormError, match="agent: is required; enter a value"):
         validate_form(DDXPlusParams, {"patients": "p.csv", "kb": "kb", "agent": ""})
@@ -142,7 +143,7 @@ def test_launcher_page_validates_plans_and_launches_a_worker(isolated_store: str
     app = AppTest.from_file(NEW_RUN_PAGE, default_timeout=120).run()
     assert not app.exception, app.exception
     app.selectbox(key="launch_benchmark").set_value("ddxplus").run()
-    app.number_input(key="field_ddxplus_None_workers").set_value(1)
+    app.number_input(key="field_ddxplus_None_concurrency").set_value(1)
     app.number_input(key="field_ddxplus_None_limit").set_value(4)
     app.text_area(key="field_ddxplus_None_agent_params").input("{oops")
     app.button[0].click().run()  # "Check parameters"

@@ -19,7 +19,6 @@ import pytest
 from sqlalchemy import text
 
 from medeval_core import service, workers
-from medeval_core import store as store_module
 from medeval_core.benchmark import CaseContext
 from medeval_core.records import (
     Case,
@@ -34,6 +33,7 @@ from medeval_core.records import (
 from medeval_core.runner import BatchRunner
 from medeval_core.settings import load_settings
 from medeval_core.store import QueueKeys, RunWorkerRow, Store, open_store
+from medeval_core.store import leases as store_module
 from tests.support.counting_benchmark import CountingParams, make_cases
 
 REPO = Path(__file__).resolve().parent.parent
@@ -251,7 +251,7 @@ def test_a_run_over_many_chunks_completes_each_case_once(db_url: str, small_chun
     reports = []
 
     def execute() -> None:
-        batch = BatchRunner(Store(db_url), load_settings(), workers=3, idle_poll_s=0.05, max_claim=4)
+        batch = BatchRunner(Store(db_url), load_settings(), concurrency=3, idle_poll_s=0.05, max_claim=4)
         reports.append(batch.execute("r", make_cases(60), run_case, 2))
 
     threads = [threading.Thread(target=execute) for _ in range(2)]
@@ -314,7 +314,7 @@ def test_a_second_execution_joins_the_wave_instead_of_redoing_it(db_url: str) ->
     reports = []
 
     def execute() -> None:
-        batch = BatchRunner(Store(db_url), load_settings(), workers=2, idle_poll_s=0.05)
+        batch = BatchRunner(Store(db_url), load_settings(), concurrency=2, idle_poll_s=0.05)
         reports.append(batch.execute("r", make_cases(40), run_case, 1))
 
     threads = [threading.Thread(target=execute) for _ in range(2)]
@@ -527,7 +527,7 @@ def test_two_resumes_at_once_judge_each_case_once_and_keep_every_good_result(db_
         assert code == 1 and {r.status for r in store.results(score_run.id)} == {CaseStatus.FAILED}
         refused = len(server.chat_requests())
         endpoint["up"] = True
-        command = [sys.executable, "-m", "medeval_core", "resume", score_run.id, "--workers", "4"]
+        command = [sys.executable, "-m", "medeval_core", "resume", score_run.id, "--concurrency", "4"]
         resumes = [subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
         for process in resumes:

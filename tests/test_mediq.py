@@ -185,7 +185,7 @@ def test_llm_expert_strategies_over_http(imedqa, strategy, questions, timed_out)
     recorder = ctx(case.case_id)
     with FakeOpenAI(expert_server(strategy)) as server:
         expert = LLMExpert(_backend(server, "fake-expert"), abstention=strategy)
-        output = consult(expert, case, FactSelectPatient(case), recorder, max_questions=3)
+        output = consult(expert, case, FactSelectPatient(case), recorder, max_turns=3)
     assert output.num_questions == questions and output.timed_out is timed_out
     assert output.choice == "B" and output.correct and output.answer_idx == "B"
     assert output.initial_choice == "A" and output.initial_correct is False
@@ -254,7 +254,7 @@ def _cli(*args: str, env_db: str) -> subprocess.CompletedProcess[str]:
 def test_run_mediq_command_with_replay_and_json(tmp_path, imedqa, isolated_store):
     actions = write_actions(tmp_path / "a.jsonl", imedqa.cases[:3], ["Do you have a fever?"], option="A")
     done = _cli("run", "mediq", "--cases", imedqa.path, "--expert", "replay", "--actions", str(actions),
-                "--limit", "3", "--max-questions", "5", "--json", env_db=isolated_store)
+                "--limit", "3", "--max-turns", "5", "--json", env_db=isolated_store)
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
     expected = sum(c.answer_idx == "A" for c in imedqa.cases[:3]) / 3
@@ -372,3 +372,18 @@ def test_llm_roles_are_bound_from_the_settings_and_kept_for_a_resume(imedqa, mon
     medeval_context.reset()
     with pytest.raises(Exception, match="No expert model is configured"):
         build_params(current_settings(), imedqa.path, "llm")
+
+
+def test_the_turn_budget_is_max_turns_and_runs_stored_as_max_questions_still_read(imedqa, tmp_path, isolated_store):
+    """One name for the question budget (``interaction.Limits.max_turns``): a run stored when MEDIQ called it
+    ``max_questions`` reads the same, and the old option still works, saying the new name."""
+    from medeval_core.benchmarks.mediq.params import MediqParams
+
+    old = MediqParams.model_validate({"cases": imedqa.path, "expert": "replay", "max_questions": 4})
+    assert old.max_turns == 4 and "max_questions" not in old.model_dump()
+    actions = write_actions(tmp_path / "a.jsonl", imedqa.cases[:1], ["Do you have a fever?"], option="A")
+    done = _cli("run", "mediq", "--cases", imedqa.path, "--expert", "replay", "--actions", str(actions),
+                "--limit", "1", "--max-questions", "0", "--json", env_db=isolated_store)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("--max-questions is now called --max-turns") == 1
+    assert json.loads(done.stdout)["Ave-Q"] == 0.0  # the replayed question is past the budget of 0

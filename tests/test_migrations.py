@@ -1,6 +1,7 @@
 """Alembic manages the store's schema: a database from before Alembic (commit 6a1c789) is upgraded in place with
 every row kept, a new one is created at head, and the migrations end at exactly the models' schema."""
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -257,3 +258,29 @@ def test_a_database_at_0009_is_upgraded_to_the_result_status_index_keeping_its_r
                 "EXPLAIN QUERY PLAN SELECT status, count(*) FROM case_results WHERE run_id = 'old' GROUP BY status")))
         assert "COVERING INDEX ix_case_results_run_status" in plan, plan
     store.engine.dispose()
+
+
+def test_a_database_at_0010_is_upgraded_to_the_generic_cache_keeping_its_prices(db_url: str) -> None:
+    """0011_generic_cache on SQLite and PostgreSQL: the SDBench price table's rows move into the key-value cache
+    under the costing's namespace (re-costing reuses them), the price table goes, and a downgrade brings it back
+    with the same rows."""
+    from alembic import command
+
+    from medeval_core.benchmarks.sdbench.costing import StorePriceCache, TestPrice
+
+    price = TestPrice(name="cbc", kind="lab", price=20.0, codes=["85025"], method="alias",
+                      estimated=False).model_dump(mode="json")
+    store = upgraded_keeping(
+        db_url, "0010_result_status_index",
+        "INSERT INTO test_prices (method, model, name, price, created_at) VALUES "
+        f"('v1:prices=abc', 'offline', 'cbc', '{json.dumps(price)}', '2026-01-01'), "
+        "('v1:prices=abc', 'offline', 'chest x-ray', '{\"name\": \"chest x-ray\"}', '2026-01-02')", "runs")
+    assert "test_prices" not in inspect(store.engine).get_table_names()
+    assert StorePriceCache(store).get("v1:prices=abc", "offline", "cbc") == TestPrice.model_validate(price)
+    assert StorePriceCache(store).get("v1:prices=abc", "offline", "mri") is None
+    assert len(table_rows(db_url, "cache_entries")) == 2
+    store.engine.dispose()
+    command.downgrade(alembic_config(url=db_url), "0010_result_status_index")
+    restored = table_rows(db_url, "test_prices")
+    assert [(row[1], row[2], row[3]) for row in restored] == [("v1:prices=abc", "offline", "cbc"),
+                                                              ("v1:prices=abc", "offline", "chest x-ray")]

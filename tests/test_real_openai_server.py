@@ -125,7 +125,7 @@ def test_mediq_llm_expert_and_llm_patient(server: Server, isolated_store: str, d
     _, summary = run_cli(
         isolated_store, role_env(server, "chat", "expert", "patient"), "run", "mediq",
         "--cases", str(data_dir / "mediq" / "imedqa_sample200.jsonl"), "--expert", "llm", "--patient", "llm",
-        "--limit", "1", "--max-questions", "1", "--no-baseline",
+        "--limit", "1", "--max-turns", "1", "--no-baseline",
     )
     assert_every_case_settled(isolated_store, summary["run_id"], 1)
 

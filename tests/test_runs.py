@@ -25,8 +25,8 @@ def store(db_url: str) -> Store:
     return Store(db_url)
 
 
-def runner(store: Store, workers: int = 1, **options: Any) -> BatchRunner:
-    return BatchRunner(store, load_settings(), workers=workers, **options)
+def runner(store: Store, concurrency: int = 1, **options: Any) -> BatchRunner:
+    return BatchRunner(store, load_settings(), concurrency=concurrency, **options)
 
 
 def start(batch: BatchRunner, cases: list[Case], run_case: CaseFunction, run_id: str = "r",

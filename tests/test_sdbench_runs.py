@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from medeval_core import context
+from medeval_core.benchmarks.sdbench.costing import PRICE_NAMESPACE, price_key
 from medeval_core.cli import main
 from medeval_core.records import CaseStatus
 from medeval_core.store import Store
@@ -156,12 +157,13 @@ def test_recost_reprices_without_rerunning_and_reuses_the_cache(tmp_path, capsys
     for result in store.results(score_run):
         assert result.metrics["cost"] >= 600 + 100 + 50
     with store.engine.connect() as connection:
-        cached = connection.execute(text("SELECT count(*) FROM test_prices")).scalar()
+        cached = connection.execute(text("SELECT count(*) FROM cache_entries")).scalar()
+    assert cached > 0
     assert main(["recost", "sd-rc", "--prices", str(charge_master)]) == 0
     printed = capsys.readouterr().out
     assert "Priced by code:" in printed and "Estimated:" in printed
     with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT count(*) FROM test_prices")).scalar() == cached  # all reused
+        assert connection.execute(text("SELECT count(*) FROM cache_entries")).scalar() == cached  # all reused
     assert sum(len(store.turns("sd-rc", case_id)) for case_id in cases) == turns_before  # nothing replayed
     assert main(["recost", "sd-missing"]) == 2
     assert capsys.readouterr().err.startswith("error: No run with id 'sd-missing'")
@@ -236,20 +238,20 @@ def test_the_price_cache_migration_keeps_an_existing_databases_rows(tmp_path):
                            "'2026-01-01 00:00:00')")
     store = Store(url)
     assert store.schema_action == "upgraded"
-    assert "test_prices" in inspect(store.engine).get_table_names()
+    assert "cache_entries" in inspect(store.engine).get_table_names()
     assert [run.id for run in store.list_runs()] == ["r1"]
-    store.cache_price("m", "offline", "cbc", {"price": 1.0})
-    store.cache_price("m", "offline", "cbc", {"price": 2.0})  # the first price stands
-    assert store.cached_price("m", "offline", "cbc") == {"price": 1.0}
+    store.cache(PRICE_NAMESPACE, price_key("m", "offline", "cbc"), {"price": 1.0})
+    store.cache(PRICE_NAMESPACE, price_key("m", "offline", "cbc"), {"price": 2.0})  # the first price stands
+    assert store.cached(PRICE_NAMESPACE, price_key("m", "offline", "cbc")) == {"price": 1.0}
     with create_engine(url).connect() as connection:
         assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
 
 
-def test_turn_cap_budget_repetitions_and_workers(tmp_path, capsys, cases_file):
+def test_turn_cap_budget_repetitions_and_concurrency(tmp_path, capsys, cases_file):
     cases = cases_of(cases_file)
     actions = write_jsonl(tmp_path / "actions.jsonl", transcripts(cases))
     capped = run_json(capsys, "--cases", str(cases_file), "--agent", "replay", "--actions", str(actions),
-                      "--max-turns", "1", "--repetitions", "2", "--workers", "2", "--run-id", "sd-cap")
+                      "--max-turns", "1", "--repetitions", "2", "--concurrency", "2", "--run-id", "sd-cap")
     assert capped["summary"]["counts"] == {"expected": 8, "done": 8, "failed": 0, "pending": 0}
     store = context.current_store()
     for result in store.results("sd-cap"):

@@ -66,7 +66,7 @@ def test_two_runs_the_runs_page_and_an_export_at_once_on_one_sqlite_file(
         isolated_store: str, counting: None, tmp_path: Path) -> None:
     store = open_store(isolated_store)
     n_cases = 600
-    runs = [workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "workers": 8},
+    runs = [workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "sleep_s": 0.05, "concurrency": 8},
                                label=f"probe {i}") for i in range(2)]
     started = [worker(run_id) for run_id in runs]
     wait_for(lambda: all(store.result_counts(run_id).get("ok", 0) for run_id in runs), timeout_s=120)
@@ -139,7 +139,7 @@ def test_a_full_disk_mid_run_is_one_clear_error_and_a_resume_on_a_larger_disk_fi
     monkeypatch.setenv("MEDEVAL_DB_URL", url)
     n_cases = 20_000
     store = Store(url)
-    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "workers": 4})
+    run_id = workers.create_run(load_settings(), "counting", {"n_cases": n_cases, "concurrency": 4})
     store.engine.dispose()
     process = worker(run_id, url)
     # Mid-run: once the worker has committed some results, fill the disk but for about 0.3 MB, which the rest of the

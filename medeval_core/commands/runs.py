@@ -10,7 +10,15 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medeval_core.cli import CommandError, CommandGroups, ThrottledProgress, exit_status, print_json, print_summary
+from medeval_core.cli import (
+    CommandError,
+    CommandGroups,
+    ThrottledProgress,
+    add_concurrency_option,
+    exit_status,
+    print_json,
+    print_summary,
+)
 from medeval_core.commands.reports import add_report_command
 from medeval_core.files import json_value
 
@@ -68,8 +76,7 @@ def register(groups: CommandGroups) -> None:
 
     resume = groups.top.add_parser("resume", help="continue a run: finished cases are skipped, failed ones retried")
     resume.add_argument("run_id")
-    resume.add_argument("--workers", type=int, help="concurrent cases (default: the benchmark's own, e.g. 16 judge "
-                        "requests)")
+    add_concurrency_option(resume, "cases run at once (default: the benchmark's own, e.g. 16 judge requests)")
     resume.add_argument("--json", action="store_true")
     resume.set_defaults(handler=_resume)
 
@@ -80,7 +87,7 @@ def register(groups: CommandGroups) -> None:
     rescore.add_argument("--scorer", required=True, help="the name of one of the benchmark's scorers")
     rescore.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="a scorer option (VALUE is read as JSON when it parses, else as text); repeatable")
-    rescore.add_argument("--workers", type=int, default=1, help="cases scored at once")
+    add_concurrency_option(rescore, "cases scored at once", default=1)
     rescore.add_argument("--run-id", help="name the score run; an existing score run with this id continues")
     rescore.add_argument("--label", default="")
     rescore.add_argument("--json", action="store_true")
@@ -90,7 +97,7 @@ def register(groups: CommandGroups) -> None:
         "worker", help="execute a stored run's remaining cases, holding case leases (start several, on one host or "
                        "many pointed at one database, to share a run)")
     worker.add_argument("run_id")
-    worker.add_argument("--workers", type=int, help="cases run at once in this process (default: the run's own)")
+    add_concurrency_option(worker, "cases run at once in this process (default: the run's own)")
     worker.add_argument("--lease-seconds", type=float, default=None,
                         help="how long this worker's case claims last without a heartbeat (default 30); another "
                              "worker takes them over after that")
@@ -174,7 +181,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     store = current_store()
     try:
-        report = service.resume(args.run_id, current_settings(), store, workers=args.workers,
+        report = service.resume(args.run_id, current_settings(), store, concurrency=args.concurrency,
                                 on_progress=None if args.json else ThrottledProgress(), freeze_inputs=True,
                                 lease_s=getattr(args, "lease_seconds", None))
     except Exception as exc:
@@ -203,7 +210,7 @@ def _rescore(args: argparse.Namespace) -> int:
 
     settings, store = current_settings(), current_store()
     params = service.ScoreParams(scorer=args.scorer, options=dict(_option(o) for o in args.option),
-                                 workers=max(args.workers, 1))
+                                 concurrency=max(args.concurrency, 1))
     report = service.score_run(args.source_run_id, params, settings, store, run_id=args.run_id, label=args.label,
                                on_progress=None if args.json else ThrottledProgress())
     summary = service.stored_summary(store, report.run_id)

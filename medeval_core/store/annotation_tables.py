@@ -3,8 +3,7 @@ who is assigned which item. The answers themselves are rows of ``annotations`` (
 criterion; an edit is a new row naming the row it supersedes).
 
 An item's ``payload`` is what the annotator is shown (already blinded when the task was made); its ``key`` is
-what only an administrator's report reads (which run is on which side, the judge's verdict, the patient system).
-"""
+what only an administrator's report reads (which run is on which side, the judge's verdict, the patient system)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ renewing (a killed process) counts as finished when its lease ran out. So a row 
 IMMEDIATE; PostgreSQL: a transaction-scoped advisory lock on the endpoint).
 
 Times are seconds since the epoch on the database's clock (PostgreSQL's ``clock_timestamp()``; a SQLite store is
-on one host, whose clock every process shares), so hosts whose clocks disagree still agree on every window.
-"""
+on one host, whose clock every process shares), so hosts whose clocks disagree still agree on every window."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class ModelBackend(BaseModel):
     def _role(cls, value: str) -> str:
         value = value.strip().lower()
         if not ROLE_NAME.fullmatch(value):
-            raise ValueError("a role is lower-case letters, digits and '-', e.g. judge or case-judge")
+            raise ValueError("a role is lower-case letters, digits and '-', e.g. judge or second-judge")
         return value
 
     @field_validator("api_key_env")

@@ -6,8 +6,7 @@ then one ``DatabaseUnavailable`` names the database (credentials masked) and the
 Each retry is a new transaction on a fresh connection (``pool_pre_ping`` drops the dead ones), so an operation
 whose commit failed is redone whole; the store's writes are idempotent (a finished result is never written twice),
 so a commit that did land before its connection dropped is not doubled by the retry. A full disk is no outage: it
-is reported at once (``StoreFullError``), since waiting does not free space.
-"""
+is reported at once (``StoreFullError``), since waiting does not free space."""
 
 from __future__ import annotations
 

@@ -25,7 +25,6 @@ from medeval_core.benchmark import (
     BenchmarkError,
     CaseContext,
     Metric,
-    RunCounts,
     RunParams,
     RunSummary,
     Score,
@@ -166,7 +165,7 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
                   results: Sequence[CaseResult]) -> RunSummary:
         if params.fail_summary:
             raise RuntimeError("the summary fails on purpose")
-        counts = RunCounts.of(len(cases) * params.repetitions, results)
+        counts = self.run_counts(params, cases, results)
         scored = [r for r in results if r.ok]
         headline = [Metric(name="scored", value=float(len(scored)), n=counts.expected, denominator="expected cases",
                            unit="count")]
@@ -176,13 +175,13 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
         return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=headline)
 
 
-def main(db_url: str, run_id: str, n_cases: int, sleep_s: float, workers: int = 2) -> None:
+def main(db_url: str, run_id: str, n_cases: int, sleep_s: float, concurrency: int = 2) -> None:
     from medeval_core import service
     from medeval_core.store import Store
 
     os.environ.setdefault("MEDEVAL_BENCHMARKS", __name__.replace("__main__", "tests.support.counting_benchmark"))
     store = Store(db_url)
-    params = CountingParams(n_cases=n_cases, sleep_s=sleep_s, workers=workers)
+    params = CountingParams(n_cases=n_cases, sleep_s=sleep_s, concurrency=concurrency)
     service.launch("counting", params, load_settings(), store, run_id=run_id)
 
 

@@ -36,6 +36,7 @@ from medeval_core.benchmark import (
     Benchmark,
     BenchmarkError,
     CaseContext,
+    RunActors,
     RunSummary,
     Score,
     ScoreParams,
@@ -377,8 +378,15 @@ class DdiBenchmark(Benchmark[DdiParams, DdiCase, DdiOutput]):
             return []
         return [score_params(settings, params.mode, {}, params.labels)]
 
+    def actors(self, params: DdiParams) -> RunActors:
+        """A model run's agent is its vision model; imported responses are their own agent."""
+        model = getattr(params.root, "model", None)
+        if model:
+            return RunActors(agent=model, models={"vlm": model})
+        return RunActors(agent=params.root.stage)
+
     def summarize(self, params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult]) -> RunSummary:
-        return summarize_run(params, cases, results)
+        return summarize_run(params, cases, results, self.run_counts(params, cases, results))
 
     def comparison_key(self, params: DdiParams, inputs: Mapping[str, InputFile]) -> dict[str, Any]:
         """Case ids are DDI image ids whether the outputs were generated here or imported from a responses file;

@@ -30,14 +30,17 @@ MODES = ("open", "classification")
 NAME = "ddi"
 
 
-def _judge_options(parser: argparse.ArgumentParser) -> None:
+def _judge_options(parser: argparse.ArgumentParser, concurrency_flag: str) -> None:
+    """The judge's options; its requests at once are ``concurrency_flag``: ``--concurrency`` of ``judge ddi`` (the
+    judge run's cases at once), ``--judge-concurrency`` of ``run ddi``, whose ``--concurrency`` is the model run's."""
     parser.add_argument("--mode", choices=MODES, default="open",
                         help="open: DDI prompts, LLM/offline judge; classification: 23 candidate labels, exact match")
     parser.add_argument("--judge", choices=("offline", "openai"), default=None,
                         help="judge backend (default: settings; offline when no judge endpoint is configured)")
     parser.add_argument("--judge-base-url", help="OpenAI-compatible judge endpoint (implies --judge openai)")
     parser.add_argument("--judge-model", help="judge model name (default: configs/ddi_judge.json)")
-    parser.add_argument("--concurrency", type=int, help="concurrent judge requests (protocol: 16)")
+    parser.add_argument(concurrency_flag, dest="judge_concurrency", type=int,
+                        help="concurrent judge requests (protocol: 16)")
 
 
 class EveryNCases:
@@ -87,13 +90,13 @@ class DdiCli(BenchmarkCli):
         parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of the protocol's sampling")
         parser.add_argument("--batch-size", type=int, help="images per batch per GPU (protocol: 16)")
         parser.add_argument("--max-new-tokens", type=int, help="protocol: 4096")
-        _judge_options(parser)
+        _judge_options(parser, "--judge-concurrency")
 
     def register(self, groups: CommandGroups) -> None:
         judge = groups.judge.add_parser(NAME, help="judge existing responses (JSON Lines: image_id, reference, "
                                                    "response): imported as a run, then judged by a score run")
         judge.add_argument("--responses", type=Path, required=True, help="the .jsonl file of responses")
-        _judge_options(judge)
+        _judge_options(judge, "--concurrency")
         judge.add_argument("--run-id", help="id of the judge run; an existing id continues that run with its stored "
                                             "settings (the imported responses are run RUN_ID-responses)")
         judge.add_argument("--label", default="", help="free text shown in run lists")
@@ -114,8 +117,8 @@ class DdiCli(BenchmarkCli):
                     image_column=args.image_column, reference_column=args.reference_column, limit=args.limit,
                     mode=args.mode, model_backend=args.model_backend, model=args.model, base_url=args.base_url,
                     greedy=args.greedy, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                    workers=args.workers, repetitions=args.repetitions or 1),
-                self._judge_choice(args), run_id=args.run_id, label=args.label,
+                    concurrency=args.concurrency, repetitions=args.repetitions or 1),
+                self._judge_choice(args, "--judge-concurrency"), run_id=args.run_id, label=args.label,
                 on_progress=_progress(settings, on_progress is not None))
         except _user_errors() as exc:
             raise CommandError(str(exc)) from exc
@@ -162,11 +165,11 @@ class DdiCli(BenchmarkCli):
               "files and resume the run.", file=sys.stderr)
         return max(status, 1)
 
-    def _judge_choice(self, args: argparse.Namespace) -> dict[str, Any]:
-        if args.concurrency is not None and args.concurrency < 1:
-            raise CommandError("--concurrency must be at least 1.")
+    def _judge_choice(self, args: argparse.Namespace, concurrency_flag: str) -> dict[str, Any]:
+        if args.judge_concurrency is not None and args.judge_concurrency < 1:
+            raise CommandError(f"{concurrency_flag} must be at least 1.")
         return {"backend": args.judge, "base_url": args.judge_base_url, "model": args.judge_model,
-                "concurrency": args.concurrency}
+                "concurrency": args.judge_concurrency}
 
     # judge ddi -----------------------------------------------------------------------------------------------
 
@@ -176,7 +179,7 @@ class DdiCli(BenchmarkCli):
         from medeval_core.context import current_settings, current_store
 
         settings, store = current_settings(), current_store()
-        choice = self._judge_choice(args)
+        choice = self._judge_choice(args, "--concurrency")
         try:
             report = workflow.judge_responses(settings, store, args.responses.resolve(), args.mode, choice,
                                               run_id=args.run_id, label=args.label,

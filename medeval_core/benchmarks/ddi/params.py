@@ -68,11 +68,11 @@ StageParams = Annotated[GenerateParams | ResponsesParams | SessionParams, Field(
 
 class DdiParams(RootModel[StageParams]):
     """The benchmark's one ``Params`` type: the stage's parameters as its root (dumped as the stage's fields, so
-    a stored run's ``params`` read the same as the stage's). ``workers`` and ``repetitions`` are the stage's."""
+    a stored run's ``params`` read the same as the stage's). ``concurrency`` and ``repetitions`` are the stage's."""
 
     @property
-    def workers(self) -> int:
-        return self.root.workers
+    def concurrency(self) -> int:
+        return self.root.concurrency
 
     @property
     def repetitions(self) -> int:

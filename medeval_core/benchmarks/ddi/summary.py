@@ -78,9 +78,9 @@ def is_scored(results: Sequence[CaseResult]) -> bool:
     return not any("response_chars" in r.metrics for r in results)
 
 
-def summarize_run(params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult]) -> RunSummary:
+def summarize_run(params: DdiParams, cases: Sequence[DdiCase], results: Sequence[CaseResult],
+                  counts: RunCounts) -> RunSummary:
     repetitions = params.repetitions
-    counts = RunCounts.of(len(cases) * repetitions, results)
     if not is_scored(results):
         backend = next((r.output.get("backend") for r in results if r.ok and r.output.get("backend")), None)
         refused = refusal_counts(r.error for r in results)

@@ -41,7 +41,7 @@ class RunRequest(BaseModel):
     greedy: bool = False
     batch_size: int | None = None
     max_new_tokens: int | None = None
-    workers: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
     repetitions: int = Field(default=1, ge=1)
 
 
@@ -83,25 +83,26 @@ def generate_params(settings: Settings, request: RunRequest) -> DdiParams:
         model_backend="openai" if backend.name == "openai" else "transformers",
         model=backend.model, base_url=getattr(backend, "base_url", None), generation=generation,
         prompt=prompt_for(request.mode, labels, settings.prompts_dir),
-        workers=generation.batch_size * backend.parallel_batches, repetitions=request.repetitions,
+        concurrency=generation.batch_size * backend.parallel_batches, repetitions=request.repetitions,
     ))
 
 
 def score_params(settings: Settings, mode: Mode, judge: dict[str, Any], labels: list[str] | None,
-                 workers: int | None = None) -> service.ScoreParams:
+                 concurrency: int | None = None) -> service.ScoreParams:
     """The judge (open-ended) or exact-label (classification) score run over a model or responses run."""
     if mode == "classification":
-        return service.ScoreParams(scorer=LABEL_SCORER, options={"labels": labels or []}, workers=workers or 1)
+        return service.ScoreParams(scorer=LABEL_SCORER, options={"labels": labels or []},
+                                   concurrency=concurrency or 1)
     options = {key: judge.get(key) for key in ("backend", "base_url", "model")}
-    concurrency = judge.get("concurrency")
+    judge_concurrency = judge.get("concurrency")
     built = make_ddi_judge(settings, backend=options["backend"], base_url=options["base_url"],
                            model=options["model"])
     # The options name the judge actually used, so a resume (or a second judge) is unambiguous.
     options = {"backend": "offline" if built.name.startswith("offline") else "openai",
                "base_url": getattr(built, "base_url", None), "model": None if built.name.startswith("offline")
-               else built.model, "concurrency": concurrency}
+               else built.model, "concurrency": judge_concurrency}
     return service.ScoreParams(scorer=JUDGE_SCORER, options=options,
-                               workers=workers or concurrency or built.concurrency)
+                               concurrency=concurrency or judge_concurrency or built.concurrency)
 
 
 def run_ddi(settings: Settings, store: Store, request: RunRequest, judge: dict[str, Any], run_id: str | None = None,
@@ -112,7 +113,7 @@ def run_ddi(settings: Settings, store: Store, request: RunRequest, judge: dict[s
     # The run's settings record the backend its vlm role used (a resume reads it back from there).
     model_settings = with_role(settings, VLM_ROLE, vlm_choice(settings, request))
     model_report = service.launch(BENCHMARK, params, model_settings, store, run_id=model_run_id,
-                                  label=label or f"DDI {request.mode}: model run", workers=request.workers,
+                                  label=label or f"DDI {request.mode}: model run", concurrency=request.concurrency,
                                   on_progress=on_progress)
     if model_report.status != RunStatus.COMPLETED:
         return model_report, None

@@ -8,7 +8,7 @@ params=...)`` when it defines ``build`` (``train`` is the ``PatientSet`` of ``--
 ``Class(**params)``; the instance has ``name``, ``reads_kb`` (True is assumed when it does not say) and
 ``start(intake[, ctx])`` returning a session with ``next_question()``, ``observe(answer)`` and
 ``differential()`` (``interaction.DDXPlusAgent``); ``params()``, when present, is what the run stores as
-``agent_params``. One instance serves every patient of a run, from several threads when ``workers > 1``: keep
+``agent_params``. One instance serves every patient of a run, from several threads when ``concurrency > 1``: keep
 per-patient state in the session.
 """
 
@@ -32,7 +32,7 @@ from medeval_core.benchmark import (
     MetricGroup,
     MetricRole,
     ReferenceRow,
-    RunCounts,
+    RunActors,
     RunSummary,
     Score,
     Scorer,
@@ -52,6 +52,7 @@ from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS
 from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
+from medeval_core.interaction import with_max_turns
 from medeval_core.metrics.stats import bootstrap_mean_ci
 from medeval_core.records import CaseResult, CaseStatus, InputFile
 from medeval_core.settings import Settings
@@ -159,7 +160,8 @@ def build_agent(name: str, kb: KnowledgeBase, train: PatientSet | None, settings
             from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent, KBBayesConfig
 
             known = {f.name for f in fields(KBBayesConfig)}
-            return KBBayesAgent.fit(kb, train, KBBayesConfig(**{k: v for k, v in params.items() if k in known}))
+            return KBBayesAgent.fit(kb, train, KBBayesConfig(**{k: v for k, v in with_max_turns(params).items()
+                                                           if k in known}))
         if name == "llm":
             from medeval_core.benchmarks.ddxplus.llm_agent import LLMAgent
 
@@ -189,7 +191,7 @@ def agent_params_of(agent: Any, given: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_params(settings: Settings, patients: str | Path, agent: str, train: str | Path | None = None,
                  kb: str | Path | None = None, limit: int | None = None,
-                 agent_params: Mapping[str, Any] | None = None, workers: int | None = None,
+                 agent_params: Mapping[str, Any] | None = None, concurrency: int | None = None,
                  repetitions: int | None = None) -> DDXPlusParams:
     """The params of a run, with absolute paths (``resume`` works from any folder) and the agent's full
     settings and KB condition as it reports them (the agent is built here, and reused by the run)."""
@@ -204,7 +206,7 @@ def build_params(settings: Settings, patients: str | Path, agent: str, train: st
     described = agent_params_of(built, given)
     # The run asks for its agent by the params it stores (the agent's full settings): the same instance.
     _agents.put(_agent_key(agent, kb_path, train_path, settings, described), built)
-    extra: dict[str, Any] = {key: value for key, value in (("workers", workers), ("repetitions", repetitions))
+    extra: dict[str, Any] = {key: value for key, value in (("concurrency", concurrency), ("repetitions", repetitions))
                              if value is not None}
     return DDXPlusParams(
         patients=str(Path(patients).resolve()), train=str(Path(train).resolve()) if train is not None else None,
@@ -287,7 +289,7 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
     def prepare_params(self, params: DDXPlusParams, settings: Settings) -> DDXPlusParams:
         """What ``build_params`` stores: absolute paths, the agent's full settings and its real KB condition."""
         built = build_params(settings, params.patients, params.agent, train=params.train, kb=params.kb,
-                             limit=params.limit, agent_params=params.agent_params, workers=params.workers,
+                             limit=params.limit, agent_params=params.agent_params, concurrency=params.concurrency,
                              repetitions=params.repetitions)
         return built.model_copy(update={"case_ids": params.case_ids})
 
@@ -372,13 +374,16 @@ class DDXPlusBenchmark(Benchmark[DDXPlusParams, DDXPlusPatient, DDXPlusOutput]):
         pooled = {key: np.concatenate([part[key] for part in values]) for key in METRIC_KEYS}
         return pooled, np.concatenate(pathology), np.concatenate(rows)
 
+    def actors(self, params: DDXPlusParams) -> RunActors:
+        return RunActors(agent=params.agent)
+
     def summarize(self, params: DDXPlusParams, cases: Sequence[DDXPlusPatient],
                   results: Sequence[CaseResult]) -> RunSummary:
         """Metrics over the patients whose consultation finished; failed and unfinished ones are counted apart
         (design.md §3.2), never averaged in as an empty differential with IL 1."""
         patients = self.patient_set(params)
         finished = [result for result in results if result.status == CaseStatus.OK]
-        counts = RunCounts.of(len(patients) * params.repetitions, list(results))
+        counts = self.run_counts(params, cases, results)
         values, pathology, rows = self._per_patient(patients, finished)
         metrics = ddx_metrics.mean_metrics(values) if finished else {}
         intervals = _case_intervals(values, rows) if finished else {}

@@ -59,7 +59,7 @@ class DDXPlusCli(BenchmarkCli):
         if args.confidence is not None:
             agent_params["confidence"] = args.confidence
         return build_params(settings, args.patients, args.agent, train=args.train, kb=args.kb, limit=args.limit,
-                            agent_params=agent_params, workers=args.workers)
+                            agent_params=agent_params, concurrency=args.concurrency)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return summary.extras["metrics"]

@@ -160,11 +160,12 @@ def patient_metrics(kb: KnowledgeBase, patient: DDXPlusPatient, differential: Ma
 class Consultation:
     """The DDXPlus environment: one simulated patient, 30 questions at most, then a differential."""
 
-    def __init__(self, kb: KnowledgeBase, patient: DDXPlusPatient, max_questions: int = MAX_QUESTIONS,
+    def __init__(self, kb: KnowledgeBase, patient: DDXPlusPatient, max_turns: int = MAX_QUESTIONS,
                  language: Language | None = None) -> None:
         self.kb = kb
         self.patient = patient
-        self.max_questions = max_questions
+        self.max_turns = max_turns
+        """The question budget, enforced by the episode's ``Limits`` (``open_episode``)."""
         self.language = language or kb.language
         self.simulator = PatientSimulator(kb, patient)
         self.asked: list[str] = []
@@ -200,11 +201,9 @@ class Consultation:
 
     @property
     def questions_left(self) -> int:
-        return self.max_questions - len(self.asked)
+        return self.max_turns - len(self.asked)
 
     def ask(self, code: str) -> Reply:
-        if self.questions_left <= 0:
-            raise EpisodeError(f"The {self.max_questions}-question limit is reached; submit a differential.")
         root = root_of(str(code).strip())
         if root not in self.kb.evidences:
             raise EpisodeError(f"{code!r} is not an evidence code of the knowledge base (e.g. E_91).")
@@ -239,7 +238,7 @@ def open_episode(consultation: Consultation, ctx: CaseContext,
     """The core episode over ``consultation``; the intake is turn 0 (``record_intake=False`` when restoring a
     session whose intake is already stored)."""
     episode: Episode[Ask | Diagnose, Any] = Episode(
-        consultation, ctx, Limits(max_turns=consultation.max_questions), record_start=False)
+        consultation, ctx, Limits(max_turns=consultation.max_turns), record_start=False)
     if record_intake:
         ctx.record_turn(INTAKE_ACTOR, "intake", consultation.intake().model_dump(mode="json"))
     return episode

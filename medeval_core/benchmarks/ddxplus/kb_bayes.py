@@ -36,7 +36,7 @@ _TINY = 1e-300
 @dataclass(frozen=True)
 class KBBayesConfig:
     confidence: float = 0.99
-    max_questions: int = MAX_QUESTIONS
+    max_turns: int = MAX_QUESTIONS
     differential_questions: int = 2
     neighbours: int = 7
     vote: float = 0.4
@@ -50,8 +50,8 @@ class KBBayesConfig:
     def __post_init__(self) -> None:
         if not 0 < self.confidence <= 1:
             raise ValueError("confidence must be in (0, 1].")
-        if not 0 <= self.max_questions <= MAX_QUESTIONS:
-            raise ValueError(f"max_questions must be between 0 and {MAX_QUESTIONS}.")
+        if not 0 <= self.max_turns <= MAX_QUESTIONS:
+            raise ValueError(f"max_turns must be between 0 and {MAX_QUESTIONS}.")
         if self.neighbours < 1:
             raise ValueError("neighbours must be at least 1.")
 
@@ -204,7 +204,7 @@ class KBBayesSession:
 
     def _choose(self) -> tuple[int | None, float, str]:
         config = self.agent.config
-        if self.asked >= config.max_questions:
+        if self.asked >= config.max_turns:
             return None, 0.0, "limit"
         p = self.posterior()
         askable = self._askable()

@@ -19,6 +19,7 @@ from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError, Intake, validate_differential
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer
+from medeval_core.interaction import with_max_turns
 from medeval_core.models import for_role
 from medeval_core.settings import Settings
 
@@ -28,7 +29,7 @@ PROMPT_VERSION = "ddxplus-llm-agent-v1"
 
 SYSTEM_PROMPT = """You are a physician interviewing a patient to reach a differential diagnosis.
 You ask one question per turn, chosen from the numbered list below by its code, and the patient answers it.
-You may ask at most {max_questions} questions; ask only what helps.
+You may ask at most {max_turns} questions; ask only what helps.
 
 Reply with exactly one JSON object and nothing else:
 - to ask a question: {{"action": "ask", "code": "E_91"}}
@@ -48,15 +49,16 @@ class LLMAgent:
     name = "llm"
     reads_kb = False
 
-    def __init__(self, kb: KnowledgeBase, backend: ChatBackend, max_questions: int = MAX_QUESTIONS,
+    def __init__(self, kb: KnowledgeBase, backend: ChatBackend, max_turns: int = MAX_QUESTIONS,
                  max_invalid: int = 2) -> None:
         self.kb = kb
         self.backend = backend
-        self.max_questions = max_questions
+        self.max_turns = max_turns
+        """Questions this agent allows itself (its strategy; the consultation's ``Limits`` enforce the protocol's)."""
         self.max_invalid = max_invalid
         questions = "\n".join(f"{code}: {kb.question_text(code)}" for code in kb.roots)
         self.system_prompt = SYSTEM_PROMPT.format(
-            max_questions=max_questions, pathologies="; ".join(kb.pathology_names), questions=questions)
+            max_turns=max_turns, pathologies="; ".join(kb.pathology_names), questions=questions)
 
     @classmethod
     def from_settings(cls, kb: KnowledgeBase, settings: Settings, params: Mapping[str, Any]) -> LLMAgent:
@@ -65,11 +67,11 @@ class LLMAgent:
         started_with = {"base_url": params["base_url"], "model": params["model"]} \
             if params.get("base_url") and params.get("model") else None
         return cls(kb, for_role(CHAT_ROLE, settings, started_with, **options),
-                   max_questions=int(params.get("max_questions", MAX_QUESTIONS)),
+                   max_turns=int(with_max_turns(params).get("max_turns", MAX_QUESTIONS)),
                    max_invalid=int(params.get("max_invalid", 2)))
 
     def params(self) -> dict[str, Any]:
-        return {**self.backend.describe(), "max_questions": self.max_questions, "max_invalid": self.max_invalid,
+        return {**self.backend.describe(), "max_turns": self.max_turns, "max_invalid": self.max_invalid,
                 "prompt_version": PROMPT_VERSION, "reads_kb": self.reads_kb}
 
     def start(self, intake: Intake, ctx: CaseContext | None = None) -> LLMSession:
@@ -127,7 +129,7 @@ class LLMSession:
     def next_question(self) -> str | None:
         if self._differential is not None:
             return None
-        kind, value = self._act(allow_ask=self.asked < self.agent.max_questions)
+        kind, value = self._act(allow_ask=self.asked < self.agent.max_turns)
         if kind == "diagnose":
             self._differential = value
             return None
@@ -136,7 +138,7 @@ class LLMSession:
 
     def observe(self, answer: Answer) -> None:
         text = answer.text(self.agent.kb)
-        left = self.agent.max_questions - self.asked
+        left = self.agent.max_turns - self.asked
         note = "" if left else " You have no questions left: give your differential now."
         self.messages.append({"role": "user", "content": f"Patient ({answer.root}): {text}.{note}"})
 

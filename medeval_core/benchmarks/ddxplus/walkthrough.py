@@ -127,8 +127,8 @@ class Walkthrough(SessionWalkthrough):
         return self.consultation.asked
 
     @property
-    def max_questions(self) -> int:
-        return self.consultation.max_questions
+    def max_turns(self) -> int:
+        return self.consultation.max_turns
 
     @property
     def questions_left(self) -> int:

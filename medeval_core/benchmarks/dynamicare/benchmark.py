@@ -8,7 +8,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, RunCounts, RunSummary, Score, Scorer
+from medeval_core.benchmark import (
+    Benchmark,
+    BenchmarkError,
+    CaseContext,
+    RunActors,
+    RunSummary,
+    Score,
+    Scorer,
+    model_names,
+)
 from medeval_core.benchmarks.dynamicare import SPEC
 from medeval_core.benchmarks.dynamicare.cases import (
     PatientRecord,
@@ -79,7 +88,7 @@ class DynamicareSolver:
 
     def __call__(self, record: PatientRecord, ctx: CaseContext) -> DynamicareOutput:
         return consult(self.doctor(record, ctx), record, self.patient(record, ctx), self.mapper(ctx), ctx,
-                       max_questions=self.params.max_questions)
+                       max_turns=self.params.max_turns)
 
 
 class HitKScorer:
@@ -152,13 +161,16 @@ class DynamicareBenchmark(Benchmark[DynamicareParams, PatientRecord, DynamicareO
             (["patient"] if params.patient == "llm" else []) + (["coder"] if params.mapper == "llm" else [])
         return {role: _backend_factory(role, settings, params.models) for role in roles}
 
+    def actors(self, params: DynamicareParams) -> RunActors:
+        return RunActors(agent=params.doctor, models=model_names(params.models))
+
     def summarize(self, params: DynamicareParams, cases: Sequence[PatientRecord],
                   results: Sequence[CaseResult]) -> RunSummary:
         loaded = self._load(params)
         done = [result for result in results if result.ok]
         metrics = headline([result.output["metrics"] for result in done],
                            [int(result.output["num_questions"]) for result in done], COMPLETED)
-        counts = RunCounts.of(len(loaded.records) * params.repetitions, list(results))
+        counts = self.run_counts(params, cases, results)
         unmapped = sorted({row["text"] for result in done for row in result.output["diagnoses"]
                            if row["code"] is None})
         notes = [loaded.summary()] if loaded.skipped else []

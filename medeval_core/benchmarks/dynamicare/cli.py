@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json
+from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, add_old_name, print_json
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -37,7 +37,8 @@ class DynamicareCli(BenchmarkCli):
                             help="offline retrieval over the record (default) or the patient role's chat model")
         parser.add_argument("--mapper", choices=("exact", "llm"), default="exact",
                             help="ICD-9 choice within the shortlist: exact (offline) or the coder role's model")
-        parser.add_argument("--max-questions", type=int, default=None, help="question budget (default 10)")
+        parser.add_argument("--max-turns", type=int, default=None, help="question budget (default 10)")
+        add_old_name(parser, "--max-questions", "--max-turns")
         parser.add_argument("--max-rounds", type=int, default=None, help="team: rounds at most (default 10)")
         parser.add_argument("--limit", type=int, help="only the first N valid records")
 
@@ -46,15 +47,15 @@ class DynamicareCli(BenchmarkCli):
 
         if args.doctor == "replay" and args.actions is None:
             raise CommandError("--doctor replay needs --actions FILE (JSON Lines of actions per case).")
-        if args.max_questions is not None and args.max_questions < 0:
-            raise CommandError("--max-questions must be 0 or more.")
+        if args.max_turns is not None and args.max_turns < 0:
+            raise CommandError("--max-turns must be 0 or more.")
         if args.max_rounds is not None and not 1 <= args.max_rounds <= 10:
             raise CommandError("--max-rounds must be between 1 and 10.")
         if args.limit is not None and args.limit < 1:
             raise CommandError("--limit must be at least 1.")
         return build_params(settings, args.cases, args.doctor, args.actions, patient=args.patient,
-                            mapper=args.mapper, max_questions=args.max_questions, max_rounds=args.max_rounds,
-                            limit=args.limit, workers=args.workers)
+                            mapper=args.mapper, max_turns=args.max_turns, max_rounds=args.max_rounds,
+                            limit=args.limit, concurrency=args.concurrency)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return {"run_id": report.run_id, "status": report.status, **summary.extras["metrics"],

@@ -116,14 +116,14 @@ def verdict_of(record: PatientRecord, diagnoses: list[MappedDiagnosis], forced: 
 
 class Consultation:
     def __init__(self, record: PatientRecord, patient: Patient, mapper: Icd9Mapper,
-                 ctx: CaseContext | None = None, max_questions: int = DEFAULT_MAX_QUESTIONS,
+                 ctx: CaseContext | None = None, max_turns: int = DEFAULT_MAX_QUESTIONS,
                  measurements: Patient | None = None) -> None:
         self.record = record
         self.patient = patient
         self._measurements = measurements
         self.mapper = mapper
         self.ctx = ctx
-        self.max_questions = max_questions
+        self.max_turns = max_turns
         self.replies: list[Reply] = []
         self.verdict: Verdict | None = None
 
@@ -177,7 +177,7 @@ class Consultation:
     def view(self) -> DoctorView:
         return DoctorView(complaint=self.record.chief_complaint, objective=self.record.objective,
                           history=[(r.question, r.answer) for r in self.replies],
-                          questions_left=self.max_questions - len(self.replies))
+                          questions_left=self.max_turns - len(self.replies))
 
     def output(self) -> DynamicareOutput:
         if self.verdict is None:
@@ -190,13 +190,13 @@ class Consultation:
 
 
 def open_episode(consultation: Consultation, ctx: CaseContext, record_start: bool = True) -> Episode[Any, Any]:
-    return Episode(consultation, ctx, Limits(max_turns=consultation.max_questions), start_actor=START_ACTOR,
+    return Episode(consultation, ctx, Limits(max_turns=consultation.max_turns), start_actor=START_ACTOR,
                    record_start=record_start)
 
 
 def consult(doctor: Doctor, record: PatientRecord, patient: Patient, mapper: Icd9Mapper, ctx: CaseContext,
-            max_questions: int = DEFAULT_MAX_QUESTIONS) -> DynamicareOutput:
-    consultation = Consultation(record, patient, mapper, ctx, max_questions)
+            max_turns: int = DEFAULT_MAX_QUESTIONS) -> DynamicareOutput:
+    consultation = Consultation(record, patient, mapper, ctx, max_turns)
     episode = open_episode(consultation, ctx)
     while not episode.done:
         view = consultation.view()

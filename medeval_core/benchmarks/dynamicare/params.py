@@ -10,6 +10,7 @@ from medeval_core.benchmark import LineFileParams
 from medeval_core.benchmarks.dynamicare.doctors import MAX_ROUNDS
 from medeval_core.benchmarks.dynamicare.interaction import DEFAULT_MAX_QUESTIONS
 from medeval_core.benchmarks.dynamicare.patients import DEFAULT_MAX_FIELDS, DEFAULT_THRESHOLD
+from medeval_core.interaction import MAX_TURNS
 
 
 class DynamicareParams(LineFileParams):
@@ -20,7 +21,8 @@ class DynamicareParams(LineFileParams):
         description="llm, the DynamiCare team, replay, or the person at the walkthrough page")
     actions: str | None = Field(default=None, description="replay: JSON Lines of actions per case")
     patient: Literal["offline", "llm"] = Field(default="offline", description="patient simulator")
-    max_questions: int = Field(default=DEFAULT_MAX_QUESTIONS, ge=0, le=100, description="question budget")
+    max_turns: int = Field(default=DEFAULT_MAX_QUESTIONS, ge=0, le=100, validation_alias=MAX_TURNS,
+                           description="question budget")
     max_rounds: int = Field(default=MAX_ROUNDS, ge=1, le=10, description="team: rounds at most")
     mapper: Literal["exact", "llm"] = Field(default="exact", description="the ICD-9 mapper's choice")
     field_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1,

@@ -75,14 +75,14 @@ def _record(path: Path, line: int) -> PatientRecord:
         raise WalkthroughError(str(exc)) from None
 
 
-def start(store: Store, settings: Settings, line: int, max_questions: int = 10) -> str:
+def start(store: Store, settings: Settings, line: int, max_turns: int = 10) -> str:
     path = source_file(settings)
     record = _record(path, line)
     params = DynamicareParams(cases=str(path.resolve()), cases_format="agentclinic", doctor=ACTOR,
-                              max_questions=max_questions)
+                              max_turns=max_turns)
     session = Session.open(store, settings, BENCHMARK, params, record.case_id,
                            label=f"Open diagnosis walkthrough {record.case_id}")
-    open_episode(Consultation(record, RecordRetrievalPatient(record), mapper(), max_questions=max_questions),
+    open_episode(Consultation(record, RecordRetrievalPatient(record), mapper(), max_turns=max_turns),
                  session.context())
     return session.run_id
 
@@ -98,7 +98,7 @@ class Walkthrough(SessionWalkthrough):
 
     @property
     def questions_left(self) -> int:
-        return self.consultation.max_questions - len(self.consultation.replies)
+        return self.consultation.max_turns - len(self.consultation.replies)
 
     @property
     def output(self) -> DynamicareOutput | None:
@@ -118,7 +118,7 @@ def load(store: Store, settings: Settings, walkthrough_id: str) -> Walkthrough:
     record = _record(Path(params.cases), int(line))
     context = session.context()
     consultation = Consultation(record, RecordRetrievalPatient(record), mapper(), context,
-                                max_questions=params.max_questions)
+                                max_turns=params.max_turns)
     episode = open_episode(consultation, context, record_start=False)
     episode.restore([(t.actor, Ask(text=t.payload["question"])) for t in session.turns() if t.action == "question"])
     result = session.finished_result()
@@ -132,7 +132,7 @@ def ask(walk: Walkthrough, question: str) -> Reply:
     if walk.finished:
         raise WalkthroughError("This walkthrough is submitted; start a new one to ask more.")
     if walk.questions_left <= 0:
-        raise WalkthroughError(f"The {walk.consultation.max_questions}-question budget is used; give your "
+        raise WalkthroughError(f"The {walk.consultation.max_turns}-question budget is used; give your "
                                "diagnoses.")
     reply: Reply = walk.episode.act(Ask(text=question), actor=ACTOR).observation
     return reply

@@ -8,7 +8,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from medeval_core.benchmark import Benchmark, BenchmarkError, CaseContext, RunCounts, RunSummary, Score, Scorer
+from medeval_core.benchmark import (
+    Benchmark,
+    BenchmarkError,
+    CaseContext,
+    RunActors,
+    RunSummary,
+    Score,
+    Scorer,
+    model_names,
+)
 from medeval_core.benchmarks.mediq import SPEC
 from medeval_core.benchmarks.mediq.cases import MediqCase, MediqFileError, load_cases
 from medeval_core.benchmarks.mediq.experts import (
@@ -57,7 +66,7 @@ class MediqSolver:
         if isinstance(expert, ReplayExpert) and isinstance(patient, FactSelectPatient):
             patient.prepare(expert.questions())
         return consult(expert, case, patient, ctx,
-                       max_questions=self.params.max_questions, baseline=self.params.baseline)
+                       max_turns=self.params.max_turns, baseline=self.params.baseline)
 
 
 class AccuracyScorer:
@@ -131,6 +140,9 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
             factories["patient"] = lambda: for_role("patient", settings, params.models.get("patient"))
         return factories
 
+    def actors(self, params: MediqParams) -> RunActors:
+        return RunActors(agent=params.expert, models=model_names(params.models))
+
     def summarize(self, params: MediqParams, cases: Sequence[MediqCase],
                   results: Sequence[CaseResult]) -> RunSummary:
         loaded = self._load(params)
@@ -146,11 +158,11 @@ class MediqBenchmark(Benchmark[MediqParams, MediqCase, MediqOutput]):
         if mismatched:
             notes.append(f"Cases {', '.join(mismatched)} have an answer text that differs from options[answer_idx]; "
                          "they are scored on answer_idx.")
-        counts = RunCounts.of(len(loaded.cases) * params.repetitions, list(results))
+        counts = self.run_counts(params, cases, results)
         return RunSummary(benchmark=self.name, title=SPEC.title, counts=counts, headline=metrics, notes=notes,
                           extras={"expert": params.expert, "patient": params.patient,
                                   "withhold_answer_facts": params.withhold_answer_facts,
-                                  "max_questions": params.max_questions, "cases_file": Path(params.cases).name,
+                                  "max_turns": params.max_turns, "cases_file": Path(params.cases).name,
                                   "metrics": {m.name: m.value for m in metrics}})
 
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json, print_summary
+from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, add_old_name, print_json, print_summary
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -37,7 +37,8 @@ class MediqCli(BenchmarkCli):
         parser.add_argument("--withhold-answer-facts", action="store_true",
                             help="the patient never gives a fact containing the correct option's text (MediQ's "
                                  "patient gives them; recorded with the run)")
-        parser.add_argument("--max-questions", type=int, default=None, help="question budget (default 10)")
+        parser.add_argument("--max-turns", type=int, default=None, help="question budget (default 10)")
+        add_old_name(parser, "--max-questions", "--max-turns")
         parser.add_argument("--abstention", choices=("fixed", "binary", "scale"), default=None,
                             help="llm expert: when to stop asking (default scale, threshold 4)")
         parser.add_argument("--threshold", type=int, default=None, help="scale abstention: choose at >= this (1-5)")
@@ -50,15 +51,15 @@ class MediqCli(BenchmarkCli):
 
         if args.expert == "replay" and args.actions is None:
             raise CommandError("--expert replay needs --actions FILE (JSON Lines of actions per case).")
-        if args.max_questions is not None and args.max_questions < 0:
-            raise CommandError("--max-questions must be 0 or more.")
+        if args.max_turns is not None and args.max_turns < 0:
+            raise CommandError("--max-turns must be 0 or more.")
         if args.limit is not None and args.limit < 1:
             raise CommandError("--limit must be at least 1.")
         return build_params(settings, args.cases, args.expert, args.actions, patient=args.patient,
-                            max_questions=args.max_questions, abstention=args.abstention,
+                            max_turns=args.max_turns, abstention=args.abstention,
                             threshold=args.threshold, limit=args.limit, baseline=not args.no_baseline,
                             withhold_answer_facts=args.withhold_answer_facts,
-                            workers=args.workers)
+                            concurrency=args.concurrency)
 
     def json_payload(self, report: RunReport, summary: RunSummary) -> Any:
         return {"run_id": report.run_id, "status": report.status, **summary.extras["metrics"],

@@ -70,11 +70,11 @@ class Consultation:
     """The MEDIQ environment: one case, one patient system, a question budget."""
 
     def __init__(self, case: MediqCase, patient: Patient, ctx: CaseContext | None = None,
-                 max_questions: int = DEFAULT_MAX_QUESTIONS) -> None:
+                 max_turns: int = DEFAULT_MAX_QUESTIONS) -> None:
         self.case = case
         self.patient = patient
         self.ctx = ctx
-        self.max_questions = max_questions
+        self.max_turns = max_turns
         self.replies: list[Reply] = []
         self.verdict: Verdict | None = None
 
@@ -113,7 +113,7 @@ class Consultation:
     def view(self) -> ExpertView:
         return ExpertView(initial_info=self.case.initial_info, question=self.case.question,
                           options=self.case.options, history=[(r.question, r.answer) for r in self.replies],
-                          questions_left=self.max_questions - len(self.replies))
+                          questions_left=self.max_turns - len(self.replies))
 
     def initial_view(self) -> ExpertView:
         """The view before any question: the no-asking baseline."""
@@ -136,15 +136,15 @@ class Consultation:
 
 
 def open_episode(consultation: Consultation, ctx: CaseContext, record_start: bool = True) -> Episode[Any, Any]:
-    return Episode(consultation, ctx, Limits(max_turns=consultation.max_questions), start_actor=START_ACTOR,
+    return Episode(consultation, ctx, Limits(max_turns=consultation.max_turns), start_actor=START_ACTOR,
                    record_start=record_start)
 
 
 def consult(expert: Expert, case: MediqCase, patient: Patient, ctx: CaseContext,
-            max_questions: int = DEFAULT_MAX_QUESTIONS, baseline: bool = True) -> MediqOutput:
+            max_turns: int = DEFAULT_MAX_QUESTIONS, baseline: bool = True) -> MediqOutput:
     """Let ``expert`` question ``patient`` on ``case`` through the core episode; with ``baseline``, also ask the
     same expert for its choice on the initial information alone."""
-    consultation = Consultation(case, patient, ctx, max_questions)
+    consultation = Consultation(case, patient, ctx, max_turns)
     episode = open_episode(consultation, ctx)
     initial: str | None = None
     if baseline:

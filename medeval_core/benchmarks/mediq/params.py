@@ -10,6 +10,7 @@ from medeval_core.benchmark import LineFileParams
 from medeval_core.benchmarks.mediq.experts import DEFAULT_SCALE_THRESHOLD, Abstention
 from medeval_core.benchmarks.mediq.interaction import DEFAULT_MAX_QUESTIONS
 from medeval_core.benchmarks.mediq.patients import DEFAULT_MAX_FACTS, DEFAULT_THRESHOLD
+from medeval_core.interaction import MAX_TURNS
 
 
 class MediqParams(LineFileParams):
@@ -18,7 +19,8 @@ class MediqParams(LineFileParams):
                                                                    "the walkthrough page")
     actions: str | None = Field(default=None, description="replay: JSON Lines of actions per case")
     patient: Literal["offline", "llm"] = Field(default="offline", description="patient system")
-    max_questions: int = Field(default=DEFAULT_MAX_QUESTIONS, ge=0, le=100, description="question budget")
+    max_turns: int = Field(default=DEFAULT_MAX_QUESTIONS, ge=0, le=100, validation_alias=MAX_TURNS,
+                           description="question budget")
     abstention: Abstention = Field(default="scale", description="llm expert: fixed, binary or scale")
     threshold: int = Field(default=DEFAULT_SCALE_THRESHOLD, ge=1, le=5, description="scale abstention cut-off")
     fact_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, le=1,

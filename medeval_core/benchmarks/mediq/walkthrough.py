@@ -65,14 +65,14 @@ def dataset(settings: Settings, name: str) -> MediqCases:
         return _cache[key]
 
 
-def start(store: Store, settings: Settings, name: str, case_id: str, max_questions: int = 10) -> str:
+def start(store: Store, settings: Settings, name: str, case_id: str, max_turns: int = 10) -> str:
     cases = dataset(settings, name)
     case = cases.by_id().get(case_id)
     if case is None:
         raise WalkthroughError(f"Case {case_id!r} is not in {Path(cases.path).name}; pick one from the list.")
-    params = MediqParams(cases=str(Path(cases.path).resolve()), expert=ACTOR, max_questions=max_questions)
+    params = MediqParams(cases=str(Path(cases.path).resolve()), expert=ACTOR, max_turns=max_turns)
     session = Session.open(store, settings, BENCHMARK, params, case.case_id, label=f"MEDIQ walkthrough {case_id}")
-    open_episode(Consultation(case, FactSelectPatient(case), max_questions=max_questions), session.context())
+    open_episode(Consultation(case, FactSelectPatient(case), max_turns=max_turns), session.context())
     return session.run_id
 
 
@@ -87,7 +87,7 @@ class Walkthrough(SessionWalkthrough):
 
     @property
     def questions_left(self) -> int:
-        return self.consultation.max_questions - len(self.consultation.replies)
+        return self.consultation.max_turns - len(self.consultation.replies)
 
     @property
     def output(self) -> MediqOutput | None:
@@ -110,7 +110,7 @@ def load(store: Store, settings: Settings, walkthrough_id: str) -> Walkthrough:
                                f"{Path(params.cases).name} no longer has.")
     context = session.context()
     consultation = Consultation(case, FactSelectPatient(case, withhold_answer_facts=params.withhold_answer_facts),
-                                context, max_questions=params.max_questions)
+                                context, max_turns=params.max_turns)
     episode = open_episode(consultation, context, record_start=False)
     episode.restore([(t.actor, Ask(text=t.payload["question"])) for t in session.turns() if t.action == "question"])
     result = session.finished_result()
@@ -124,7 +124,7 @@ def ask(walk: Walkthrough, question: str) -> Reply:
     if walk.finished:
         raise WalkthroughError("This walkthrough has its choice; start a new one to ask more.")
     if walk.questions_left <= 0:
-        raise WalkthroughError(f"The {walk.consultation.max_questions}-question budget is used; choose an option.")
+        raise WalkthroughError(f"The {walk.consultation.max_turns}-question budget is used; choose an option.")
     step = walk.episode.act(Ask(text=question), actor=ACTOR)
     reply: Reply = step.observation
     return reply
@@ -168,6 +168,6 @@ def expert_consultation(settings: Settings, walk: Walkthrough) -> MediqOutput:
     ctx = RecordingContext(walk.id, walk.case.case_id, 0, settings, ModelRoles())
     try:
         return consult(LLMExpert(backend), walk.case, walk.consultation.patient, ctx,
-                       max_questions=walk.consultation.max_questions, baseline=False)
+                       max_turns=walk.consultation.max_turns, baseline=False)
     except (ChatBackendError, ReplyFormatError) as exc:
         raise WalkthroughError(f"The expert model could not finish the case ({exc}).") from None

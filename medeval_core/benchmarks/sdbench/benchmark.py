@@ -26,11 +26,12 @@ from medeval_core.benchmark import (
     MetricGroup,
     MetricRole,
     ReferenceRow,
-    RunCounts,
+    RunActors,
     RunSummary,
     Score,
     Scorer,
     Solver,
+    model_names,
 )
 from medeval_core.benchmarks.sdbench import (
     AGENT_ROLE,
@@ -415,11 +416,14 @@ class SDBenchBenchmark(Benchmark[SDBenchParams, SDBenchCase, SDBenchOutput]):
         known = ", ".join([COST_SCORER, *JUDGE_SCORERS.values()])
         raise BenchmarkError(f"The sdbench benchmark has no scorer called {name!r}; it has {known}.")
 
+    def actors(self, params: SDBenchParams) -> RunActors:
+        return RunActors(agent=params.agent, models=model_names(params.models), judge=params.judge)
+
     def summarize(self, params: SDBenchParams, cases: Sequence[SDBenchCase],
                   results: Sequence[CaseResult]) -> RunSummary:
         from medeval_core.metrics.stats import wilson_interval
 
-        counts = RunCounts.of(len(cases) * params.repetitions, list(results))
+        counts = self.run_counts(params, cases, results)
         finished = [r for r in results if r.ok]
         incomplete = [r for r in finished if r.output.get("incomplete")]
         complete = [r for r in finished if not r.output.get("incomplete")]

@@ -87,7 +87,7 @@ class SDBenchCli(BenchmarkCli):
             interpretation=args.interpretation, judge=judge,
             prices=prices, split=args.split, limit=args.limit, case_ids=args.case_ids, max_turns=args.max_turns,
             max_cost=args.max_cost, model_args=_json_object(args.model_args, "--model-args"),
-            repetitions=args.repetitions or 1, **({"workers": args.workers} if args.workers else {}))
+            repetitions=args.repetitions or 1, **({"concurrency": args.concurrency} if args.concurrency else {}))
 
     def register(self, groups: CommandGroups) -> None:
         register(groups)

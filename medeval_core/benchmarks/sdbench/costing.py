@@ -153,18 +153,28 @@ class PriceCache(Protocol):
     def put(self, method: str, model: str, name: str, price: TestPrice) -> None: ...
 
 
+PRICE_NAMESPACE = "sdbench.test_prices"
+"""The store cache's namespace of priced tests (revision 0011_generic_cache copied the older price table into it)."""
+
+
+def price_key(method: str, model: str, name: str) -> str:
+    """A priced test's key in the store's cache: the three joined by a newline, which none of them holds (the name
+    is whitespace-normalised); revision 0011_generic_cache built the copied prices' keys with this rule."""
+    return "\n".join((method, model, name))
+
+
 class StorePriceCache:
-    """The price cache kept in the store's ``sdbench_test_prices`` table."""
+    """The price cache kept in the store's key-value cache, under ``PRICE_NAMESPACE``."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
 
     def get(self, method: str, model: str, name: str) -> TestPrice | None:
-        found = self.store.cached_price(method, model, name)
+        found = self.store.cached(PRICE_NAMESPACE, price_key(method, model, name))
         return TestPrice.model_validate(found) if found is not None else None
 
     def put(self, method: str, model: str, name: str, price: TestPrice) -> None:
-        self.store.cache_price(method, model, name, price.model_dump(mode="json"))
+        self.store.cache(PRICE_NAMESPACE, price_key(method, model, name), price.model_dump(mode="json"))
 
 
 Estimator = Callable[[str, str], float]
