@@ -127,7 +127,7 @@ each benchmark names its metrics."""
 
 class Metric(BaseModel):
     """A headline figure: its value, 95 % interval, n, which denominator n is, and its unit (a proportion in
-    [0, 1] is shown as a percentage; ``percent`` is already on 0-100, as DDXPlus reports its metrics)."""
+    [0, 1] is shown as a percentage; ``percent`` is already on 0-100, for protocols that report their metrics so)."""
 
     name: str
     value: float | None
@@ -186,7 +186,7 @@ class RunCounts(BaseModel):
 
 
 class MetricSpread(BaseModel):
-    """One headline metric across a run's repetitions, as the SkinGPT-R1 protocol reports runs over seeds: the
+    """One headline metric across a run's repetitions, as protocols report runs over seeds: the
     mean of the per-repetition values, their sample standard deviation (None for one repetition) and range."""
 
     name: str
