@@ -20,7 +20,9 @@ from medeval_core.benchmark import Benchmark, BenchmarkError
 
 
 class PageInfo(BaseModel):
-    """One page of the app: ``path`` is relative to the repository root."""
+    """One page of the app. ``path`` is the page script: relative to the repository root for the core pages in
+    ``pages/``, absolute for a benchmark's own ``page_*.py`` (its spec names it beside itself,
+    ``Path(__file__).with_name(...)``, so a benchmark outside the checkout declares its pages the same way)."""
 
     path: str
     title: str

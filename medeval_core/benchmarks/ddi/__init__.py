@@ -7,6 +7,8 @@ summarises a run, ``interactive`` serves the lesion page (a session per evaluati
 ``run ddi`` options and ``judge ddi``.
 """
 
+from pathlib import Path
+
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
 SPEC = BenchmarkSpec(
@@ -18,7 +20,8 @@ SPEC = BenchmarkSpec(
     cli="medeval_core.benchmarks.ddi.cli:CLI",
     pages=(
         PageInfo(
-            path="pages/lesion_diagnosis.py", title="Lesion diagnosis", icon=":material/dermatology:",
+            path=str(Path(__file__).with_name("page_lesion.py")),
+            title="Lesion diagnosis", icon=":material/dermatology:",
             section="Benchmarks", url_path="lesion",
             description="Upload a skin-lesion image, run the tested vision-language model with the DDI or 23-label "
                         "prompts, and see the final diagnosis and the judge's verdict; or judge a pasted answer from "
