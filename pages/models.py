@@ -5,7 +5,7 @@ lesion page and the walkthroughs use the defaults at once, and MEDEVAL_<ROLE>_* 
 import pandas as pd
 import streamlit as st
 
-from medeval_core.controllers import models
+from medeval_core.controllers.models import Models
 from medeval_core.plaintext import literal
 
 KINDS = {"openai": "OpenAI-compatible endpoint", "transformers": "Local Qwen2.5-VL checkpoint folder"}
@@ -15,8 +15,9 @@ st.caption("Register the model backends each role can use and pick one default p
            "give the name of the environment variable or Streamlit secret that holds the key. A MEDEVAL_<ROLE>_* "
            "variable set on the server overrides the default chosen here.")
 
-declared = models.declared_roles()
-roles = models.roles()
+models = Models()
+declared = models.declared_roles
+roles = models.roles
 
 st.subheader("In use now")
 if notice := st.session_state.pop("models_notice", None):
@@ -49,7 +50,7 @@ for backend in backends:
             models.make_default(backend)
             st.rerun()
         if remove.button("Remove", key=f"remove-{backend.id}"):
-            if refused := models.remove(backend):
+            if refused := models.remove(backend).error:
                 st.error(literal(refused))
             st.rerun()
 
@@ -77,12 +78,12 @@ with st.form("register_backend", clear_on_submit=False):
     submitted = st.form_submit_button("Register", type="primary")
 
 if submitted:
-    registration = models.register(role=role or "", name=name, backend=kind, model=model, base_url=base_url,
-                                   api_key_env=api_key_env, make_default=make_default, test_first=test_first)
-    if registration.error:
-        st.error(literal(registration.error))
+    registered = models.register(role=role or "", name=name, backend=kind, model=model, base_url=base_url,
+                                 api_key_env=api_key_env, make_default=make_default, test_first=test_first)
+    if registered.error:
+        st.error(literal(registered.error))
     else:
-        st.session_state["models_notice"] = registration.notice
+        st.session_state["models_notice"] = registered.notice
         for field in REGISTER_FIELDS:  # a registered backend empties the form; a refused one keeps it to fix
             st.session_state.pop(field, None)
         st.rerun()
