@@ -3,11 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from medeval_core.catalog import pages
-from medeval_core.context import current_settings
+from medeval_core.controllers.home import Home, SettingsError, pages
 from medeval_core.plaintext import literal, literal_cells
-from medeval_core.settings import SettingsError, runtime_versions
-from medeval_core.status import backends_status, data_status_rows, store_status
 
 # The pages a newcomer can use at once, with no model configured (by url_path). A comment, not a docstring: in a page
 # script Streamlit's magic would draw a bare string on the page.
@@ -38,15 +35,15 @@ if len(pages()) == 2:
             "`python -m medeval_core --help`.")
 
 try:
-    settings = current_settings()
+    home = Home()
 except SettingsError as exc:
     st.error(f"Settings could not be loaded: {literal(exc)}")
     st.stop()
 
 st.header("Data sources")
-st.caption(f"Looked up under {literal(settings.data_dir)} (set `MEDEVAL_DATA_DIR` to change it).")
+st.caption(f"Looked up under {literal(home.data_dir)} (set `MEDEVAL_DATA_DIR` to change it).")
 st.table(literal_cells(
-    pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)])
+    pd.DataFrame([row.model_dump(exclude={"icon"}) for row in home.data_sources()])
     .set_index("name")
     .rename(columns={"state": "Status", "files": "Files", "how_to_get": "How to get it",
                      "used_by": "Used by"})
@@ -55,7 +52,7 @@ st.table(literal_cells(
 
 st.header("Model backends")
 st.table(literal_cells(
-    pd.DataFrame([b.model_dump() for b in backends_status(settings)])
+    pd.DataFrame([b.model_dump() for b in home.backends()])
     .set_index("role")
     .rename(columns={"used_by": "Used by", "backend": "Backend", "model": "Model", "base_url": "Endpoint",
                      "configured": "Configured", "working": "Works",
@@ -64,7 +61,7 @@ st.table(literal_cells(
 ))
 
 st.header("Store")
-store = store_status(settings)
+store = home.store()
 if store.reachable:
     st.text(store.url)
     st.table(pd.DataFrame([store.counts], index=["rows"]))
@@ -72,6 +69,6 @@ else:
     st.error(f"The store at {literal(store.url)} cannot be opened ({literal(store.error)}). Check `MEDEVAL_DB_URL`.")
 
 with st.expander("Effective settings and versions"):
-    st.write(f"Settings hash `{settings.settings_hash()}`")
-    st.json(runtime_versions())
-    st.json(settings.effective())
+    st.write(f"Settings hash `{home.settings_hash()}`")
+    st.json(home.versions())
+    st.json(home.effective_settings())
