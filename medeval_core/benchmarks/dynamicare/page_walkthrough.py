@@ -4,9 +4,6 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.dynamicare import walkthrough as wt
-from medeval_core.context import current_settings, current_store
-from medeval_core.icd9 import display_code
-from medeval_core.interaction import EpisodeError
 from medeval_core.session_controls import session_controls
 
 st.title("Open diagnosis walkthrough")
@@ -16,8 +13,8 @@ st.caption("DynamiCare style: you see the chief complaint, question the patient 
            "measurement agent), then rank up to 10 diagnoses. Each maps to an ICD-9 code you can correct; Hit@K and "
            "Rec@K match on the ICD-9 category.")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
 walk = None
 walk_id = st.query_params.get("walkthrough")
@@ -74,7 +71,7 @@ if not walk.finished:
     if asked:
         try:
             wt.ask(walk, question)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(str(exc))
         else:
             st.rerun()
@@ -88,7 +85,7 @@ if not walk.finished:
                    "another one.")
         corrections: dict[str, str] = {}
         for row in wt.preview(ranked):
-            shown = display_code(row.code) if row.code else ""
+            shown = wt.display_code(row.code) if row.code else ""
             left, right = st.columns([2, 3])
             typed = left.text_input(f"{row.rank}. ICD-9 code", value=shown, key=f"od_code_{row.rank}_{row.text}")
             right.text(f"{row.text}\n-> {row.description or 'no code found'} (how mapped: {row.method}, "
@@ -98,7 +95,7 @@ if not walk.finished:
         if st.button("Submit diagnoses", type="primary", key="od_submit"):
             try:
                 wt.submit(walk, ranked, corrections)
-            except (wt.WalkthroughError, EpisodeError) as exc:
+            except (wt.WalkthroughError, wt.EpisodeError) as exc:
                 st.error(str(exc))
             else:
                 st.rerun()
@@ -111,12 +108,12 @@ else:
     columns[4].metric("Questions", output.num_questions)
     st.markdown("**Ground truth**")
     for code in record.icd9:
-        st.text(f"{display_code(code.code)} {code.name}".strip())
+        st.text(f"{wt.display_code(code.code)} {code.name}".strip())
     if record.diagnosis:
         st.text(f"Recorded diagnosis: {record.diagnosis}")
     st.markdown("**Your diagnoses and their codes**")
     st.dataframe(pd.DataFrame([{"rank": row.rank, "diagnosis": row.text,
-                                "code": display_code(row.code) if row.code else "",
+                                "code": wt.display_code(row.code) if row.code else "",
                                 "category": row.category or "", "how mapped": row.method,
                                 "score": round(row.confidence, 2),
                                 "matched": bool(row.category and row.category in output.truth_categories)}

@@ -3,8 +3,6 @@
 import streamlit as st
 
 from medeval_core.benchmarks.mediq import walkthrough as wt
-from medeval_core.context import current_settings, current_store
-from medeval_core.interaction import EpisodeError
 from medeval_core.session_controls import session_controls
 
 st.title("MEDIQ walkthrough")
@@ -12,8 +10,8 @@ st.caption("You see what the expert sees first: the initial information, the que
            "patient one question at a time (the patient answers only with the case's own facts, or says it cannot "
            "answer), then choose an option. 10 questions at most.")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
 walk = None
 walk_id = st.query_params.get("walkthrough")
@@ -78,7 +76,7 @@ if not walk.finished:
     if asked:
         try:
             wt.ask(walk, question)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(str(exc))
         else:
             st.rerun()
@@ -90,7 +88,7 @@ if not walk.finished:
     if st.button("Choose", type="primary", key="mediq_choose"):
         try:
             wt.choose(walk, option)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(str(exc))
         else:
             st.rerun()

@@ -6,7 +6,6 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.sdbench import walkthrough as wt
-from medeval_core.context import current_settings, current_store
 from medeval_core.session_controls import session_controls
 
 MODES = {"questions": "Ask questions", "tests": "Order tests", "diagnosis": "Commit a diagnosis"}
@@ -18,8 +17,8 @@ st.caption("Work up a case as the sequential-diagnosis agent would: you start fr
            "ordering a test ends the visit, so the next question starts another. Each test is priced by its "
            "CPT/HCPCS code, or estimated when no code matches.")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
 
 def send_step(walk: wt.Walkthrough, mode: wt.Mode) -> None:
