@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.dynamicare import walkthrough as wt
-from medeval_core.session_controls import session_controls
+from medeval_core.session_controls import session_controls, walkthrough_in_link
 
 st.title("Open diagnosis walkthrough")
 st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
@@ -16,13 +16,7 @@ st.caption("DynamiCare style: you see the chief complaint, question the patient 
 settings = wt.current_settings()
 store = wt.current_store()
 
-walk = None
-walk_id = st.query_params.get("walkthrough")
-if walk_id:
-    try:
-        walk = wt.load(store, settings, walk_id)
-    except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+walk = walkthrough_in_link(lambda run_id: wt.load(store, settings, run_id))
 
 if walk is None:
     st.subheader("Pick a patient")

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from medeval_core.benchmarks.mediq import walkthrough as wt
-from medeval_core.session_controls import session_controls
+from medeval_core.session_controls import session_controls, walkthrough_in_link
 
 st.title("MEDIQ walkthrough")
 st.caption("You see what the expert sees first: the initial information, the question and the options. Ask the "
@@ -13,13 +13,7 @@ st.caption("You see what the expert sees first: the initial information, the que
 settings = wt.current_settings()
 store = wt.current_store()
 
-walk = None
-walk_id = st.query_params.get("walkthrough")
-if walk_id:
-    try:
-        walk = wt.load(store, settings, walk_id)
-    except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+walk = walkthrough_in_link(lambda run_id: wt.load(store, settings, run_id))
 
 if walk is None:
     st.subheader("Pick a case")

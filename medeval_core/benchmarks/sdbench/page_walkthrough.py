@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.sdbench import walkthrough as wt
-from medeval_core.session_controls import session_controls
+from medeval_core.session_controls import session_controls, walkthrough_in_link
 
 MODES = {"questions": "Ask questions", "tests": "Order tests", "diagnosis": "Commit a diagnosis"}
 
@@ -30,13 +30,7 @@ def send_step(walk: wt.Walkthrough, mode: wt.Mode) -> None:
     else:
         st.session_state["sd_box"] = ""
 
-walk = None
-walk_id = st.query_params.get("walkthrough")
-if walk_id:
-    try:
-        walk = wt.load(store, settings, walk_id)
-    except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+walk = walkthrough_in_link(lambda run_id: wt.load(store, settings, run_id))
 
 if walk is None:
     st.subheader("Pick a case")
