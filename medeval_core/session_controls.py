@@ -28,6 +28,20 @@ def walkthrough_in_link(load: Callable[[str], W], query_key: str = "walkthrough"
         return None
 
 
+
+def start_button(key: str, start: Callable[[], str], query_key: str = "walkthrough") -> None:
+    """The picker's Start button: ``start`` stores a new walkthrough and returns its run id, which goes into the
+    page's link (so a reload or the link brings it back); a refusal is shown as an error."""
+    if not st.button("Start walkthrough", type="primary", key=key):
+        return
+    try:
+        run_id = start()
+    except WalkthroughError as exc:
+        st.error(str(exc))
+        return
+    st.query_params[query_key] = run_id
+    st.rerun()
+
 def session_controls(store: Store, run_id: str, query_key: str, finished: bool) -> None:
     with st.expander("Close or delete this walkthrough"):
         close_col, delete_col = st.columns(2)

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.dynamicare import walkthrough as wt
-from medeval_core.session_controls import session_controls, walkthrough_in_link
+from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
 
 st.title("Open diagnosis walkthrough")
 st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
@@ -27,14 +27,7 @@ if walk is None:
         st.stop()
     line = st.selectbox("Patient (chief complaint)", list(listed), key="od_case",
                         format_func=lambda number: f"{number}: {listed[number]}")
-    if st.button("Start walkthrough", type="primary", key="od_start"):
-        try:
-            new_id = wt.start(store, settings, line)
-        except wt.WalkthroughError as exc:
-            st.error(str(exc))
-        else:
-            st.query_params["walkthrough"] = new_id
-            st.rerun()
+    start_button("od_start", lambda: wt.start(store, settings, line))
     st.stop()
 
 record = walk.record

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from medeval_core.benchmarks.mediq import walkthrough as wt
-from medeval_core.session_controls import session_controls, walkthrough_in_link
+from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
 
 st.title("MEDIQ walkthrough")
 st.caption("You see what the expert sees first: the initial information, the question and the options. Ask the "
@@ -27,14 +27,7 @@ if walk is None:
     case_id = st.selectbox("Case", list(by_id), key="mediq_case",
                            format_func=lambda i: f"{i}: {by_id[i].question[:90]}")
     st.caption(cases.summary() + ".")
-    if st.button("Start walkthrough", type="primary", key="mediq_start"):
-        try:
-            new_id = wt.start(store, settings, name, case_id)
-        except wt.WalkthroughError as exc:
-            st.error(str(exc))
-        else:
-            st.query_params["walkthrough"] = new_id
-            st.rerun()
+    start_button("mediq_start", lambda: wt.start(store, settings, name, case_id))
     st.stop()
 
 case = walk.case

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.sdbench import walkthrough as wt
-from medeval_core.session_controls import session_controls, walkthrough_in_link
+from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
 
 MODES = {"questions": "Ask questions", "tests": "Order tests", "diagnosis": "Commit a diagnosis"}
 
@@ -62,14 +62,7 @@ if walk is None:
     case_id = st.selectbox("Case", list(by_id), key="sd_case",
                            format_func=lambda cid: f"{cid} ({by_id[cid].split})")
     st.text(by_id[case_id].case_summary)
-    if st.button("Start walkthrough", type="primary", key="sd_start"):
-        try:
-            new_id = wt.start(store, settings, path, case_id)
-        except wt.WalkthroughError as exc:
-            st.error(str(exc))
-        else:
-            st.query_params["walkthrough"] = new_id
-            st.rerun()
+    start_button("sd_start", lambda: wt.start(store, settings, path, case_id))
     st.stop()
 
 st.subheader("Case summary")
