@@ -3,7 +3,7 @@
 Read from the scripts' syntax trees (nothing is run): every generic page in ``pages/`` and every benchmark page
 ``medeval_core/benchmarks/*/page_*.py``. Besides streamlit and other libraries, a page may import from
 ``medeval_core`` only its controller, the plain-text helpers (``medeval_core.plaintext``) and the walkthroughs'
-Close/Delete widget (``medeval_core.session_controls``)."""
+Streamlit helpers (``medeval_core.session_controls``: open the linked walkthrough, Start, Close, Delete)."""
 
 import ast
 import importlib.util
