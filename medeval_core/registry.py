@@ -33,6 +33,9 @@ class PageInfo(BaseModel):
     reopen_query: str | None = None
     """The query parameter that opens one of the page's stored sessions by its run id (``?walkthrough=RUN_ID``);
     the runs page links past sessions back to their page with it."""
+    start_here: str | None = None
+    """Set for a page a newcomer can use at once, with no model configured: what it offers, listed under the home
+    page's "Start here"."""
 
 
 class ModelRole(BaseModel):

@@ -6,10 +6,6 @@ import streamlit as st
 from medeval_core.controllers.home import Home, SettingsError, pages
 from medeval_core.plaintext import literal, literal_cells
 
-# The pages a newcomer can use at once, with no model configured (by url_path). A comment, not a docstring: in a page
-# script Streamlit's magic would draw a bare string on the page.
-START_HERE = {"ddxplus": "no model needed", "sdbench": "offline gatekeeper and judge"}
-
 st.title("medeval")
 st.markdown(
     "A workbench for evaluating diagnostic AI on published protocols. Clinicians walk through cases and annotate "
@@ -19,11 +15,10 @@ st.markdown(
 )
 
 st.header("Start here")
-st.markdown("No model is needed to try medeval: question a simulated DDXPlus patient, give your differential and see "
-            "how it scores; or work up an SDBench case with the offline gatekeeper and judge.")
+st.markdown("No model is needed to try medeval on these pages:")
 for info in pages():
-    if info.url_path in START_HERE:
-        st.page_link(info.path, label=f"{info.title}: {START_HERE[info.url_path]}", icon=info.icon)
+    if info.start_here:
+        st.page_link(info.path, label=f"{info.title}: {info.start_here}", icon=info.icon)
 
 st.header("Pages")
 for info in pages():

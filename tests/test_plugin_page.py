@@ -1,5 +1,6 @@
 """A benchmark outside the checkout declares a page as the built-in ones do (``page_*.py`` beside its spec, named by
-``PageInfo(path=str(Path(__file__).with_name(...)))``): the app shell lists it in the navigation and serves it.
+``PageInfo(path=str(Path(__file__).with_name(...)))``): the app shell lists it in the navigation and serves it, and
+the home page lists it under "Start here" when the spec says it needs no model.
 
 The plugin package is written to a temporary folder (not importable from the checkout), put on ``sys.path`` and
 named in ``MEDEVAL_BENCHMARKS``; its page calls its own controller module, which reads the app's store."""
@@ -25,7 +26,7 @@ SPEC = BenchmarkSpec(
     factory="tests.support.counting_benchmark:CountingBenchmark",
     pages=(PageInfo(path=str(Path(__file__).with_name("page_tally.py")), title="Outside tally",
                     icon=":material/calculate:", section="Benchmarks", url_path="outside-tally",
-                    description="The outside benchmark's own page."),),
+                    description="The outside benchmark's own page.", start_here="count without a model"),),
 )
 '''
 
@@ -66,6 +67,7 @@ def test_a_plugin_page_outside_the_checkout_is_listed_and_served_by_the_app_shel
     app = AppTest.from_file(APP, default_timeout=60).run()
     assert not app.exception, app.exception
     assert "Outside tally" not in [t.value for t in app.title]  # the home page opens first
+    assert "Outside tally: count without a model" in [link.proto.label for link in app.get("page_link")]
     # switch_page refuses a file that st.navigation did not register, so this also checks the page is listed.
     app.switch_page(str(outside_plugin)).run()
     assert not app.exception, app.exception

@@ -28,6 +28,7 @@ SPEC = BenchmarkSpec(
         path=str(Path(__file__).with_name("page_walkthrough.py")),
         title="SDBench walkthrough", icon=":material/labs:",
         section="Benchmarks", url_path="sdbench",
+        start_here="work up a case with the offline gatekeeper and judge",
         description="Read a case summary, ask the gatekeeper questions and order tests with their running cost, "
                     "commit a diagnosis and see the judge's score, the reference and the findings you never asked "
                     "for.",
