@@ -1,6 +1,6 @@
-"""medeval: navigation and the global status sidebar. Pages live in pages/ and are listed by
-medeval_core/catalog.py (the core pages plus each benchmark spec's pages); every action they take is one call into
-medeval_core.
+"""medeval: navigation and the global status sidebar. The generic pages live in pages/, a benchmark's own pages in
+its package (medeval_core/benchmarks/NAME/page_*.py); medeval_core/catalog.py lists both (the core pages plus each
+benchmark spec's pages). Every page calls one controller module of medeval_core and never the store.
 
 Streamlit treats a pages/ folder beside the entry point as a legacy multipage app until st.navigation has run
 once, so under a plain `streamlit run` a cold deep link (e.g. /runs) would open the page without this shell: the app

@@ -21,7 +21,9 @@ from medeval_core.data import DataSource
 
 
 class PageInfo(BaseModel):
-    """One page of the app: ``path`` is relative to the repository root."""
+    """One page of the app. ``path`` is the page script: relative to the repository root for the core pages in
+    ``pages/``, absolute for a benchmark's own ``page_*.py`` (its spec names it beside itself,
+    ``Path(__file__).with_name(...)``, so a benchmark outside the checkout declares its pages the same way)."""
 
     path: str
     title: str
@@ -32,6 +34,9 @@ class PageInfo(BaseModel):
     reopen_query: str | None = None
     """The query parameter that opens one of the page's stored sessions by its run id (``?walkthrough=RUN_ID``);
     the runs page links past sessions back to their page with it."""
+    start_here: str | None = None
+    """Set for a page a newcomer can use at once, with no model configured: what it offers, listed under the home
+    page's "Start here"."""
 
 
 class ModelRole(BaseModel):

@@ -1,13 +1,46 @@
-"""The walkthrough pages' Close and Delete buttons (Streamlit): whoever holds a walkthrough's link owns it, so its
-page is where it is closed (kept, listed as *closed*) or deleted (gone with everything it recorded)."""
+"""The walkthrough pages' Streamlit helpers: opening the walkthrough the page's link names, and the Close and Delete
+buttons. Whoever holds a walkthrough's link owns it, so its page is where it is closed (kept, listed as *closed*) or
+deleted (gone with everything it recorded)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import streamlit as st
 
-from medeval_core.sessions import SessionError, close_session, delete_session
+from medeval_core.sessions import SessionError, WalkthroughError, close_session, delete_session
 from medeval_core.store import Store
 
+W = TypeVar("W")
+
+
+def walkthrough_in_link(load: Callable[[str], W], query_key: str = "walkthrough") -> W | None:
+    """The walkthrough whose run id the page's link holds (``?walkthrough=RUN_ID``), or None; a link that no longer
+    opens one says why, above the picker the page then shows."""
+    run_id = st.query_params.get(query_key)
+    if not run_id:
+        return None
+    try:
+        return load(run_id)
+    except WalkthroughError as exc:
+        st.warning(str(exc))
+        return None
+
+
+
+def start_button(key: str, start: Callable[[], str], query_key: str = "walkthrough") -> None:
+    """The picker's Start button: ``start`` stores a new walkthrough and returns its run id, which goes into the
+    page's link (so a reload or the link brings it back); a refusal is shown as an error."""
+    if not st.button("Start walkthrough", type="primary", key=key):
+        return
+    try:
+        run_id = start()
+    except WalkthroughError as exc:
+        st.error(str(exc))
+        return
+    st.query_params[query_key] = run_id
+    st.rerun()
 
 def session_controls(store: Store, run_id: str, query_key: str, finished: bool) -> None:
     with st.expander("Close or delete this walkthrough"):

@@ -7,12 +7,18 @@ from typing import Any
 
 import streamlit as st
 
-from medeval_core.annotation import answers
-from medeval_core.annotation.gate import require_annotator
-from medeval_core.annotation.shortcuts import CHOICE_KEYS, SKIP_KEY, bind_keys
-from medeval_core.annotation.tasks import COMMENT, TaskKind
-from medeval_core.context import current_store
-from medeval_core.transcript import reasoned
+from medeval_core.controllers.annotate import (
+    CHOICE_KEYS,
+    COMMENT,
+    SKIP_KEY,
+    Queue,
+    QueueItem,
+    TaskKind,
+    bind_keys,
+    first_open,
+    next_open,
+    reasoned,
+)
 
 CHOICE_LABELS = {
     TaskKind.PAIRWISE: {"left": "Response 1 is better", "tie": "Tie", "right": "Response 2 is better"},
@@ -65,7 +71,7 @@ def show_output(view: dict[str, Any]) -> None:
                     st.text(parts.reasoning)
 
 
-def choice_row(item: answers.QueueItem, criterion: str, labels: dict[str, str],
+def choice_row(item: QueueItem, criterion: str, labels: dict[str, str],
                choose: Callable[[str, str], None]) -> None:
     st.text(criterion.capitalize())
     current = item.answers.get(criterion)
@@ -74,10 +80,9 @@ def choice_row(item: answers.QueueItem, criterion: str, labels: dict[str, str],
                       type="primary" if current == value else "secondary", on_click=choose, args=(criterion, value))
 
 
-store = current_store()
-me = require_annotator(store)
+queue = Queue()
 st.title("Annotate")
-tasks = answers.my_tasks(store, me.name)
+tasks = queue.tasks()
 if not tasks:
     st.info("Nothing is assigned to you yet. An administrator assigns items when creating a task.")
     st.stop()
@@ -87,10 +92,10 @@ titles = {task.id: f"{number}. {task.title}" for number, task in enumerate(tasks
 task_id = st.selectbox("Task", list(titles), format_func=titles.__getitem__, key="annotate-task",
                        label_visibility="collapsed" if len(tasks) == 1 else "visible")
 task = next(t for t in tasks if t.id == task_id)
-items = answers.my_items(store, me.name, task.id)
+items = queue.items(task.id)
 cursor_key = f"annotate-cursor-{task.id}"
 if cursor_key not in st.session_state:
-    st.session_state[cursor_key] = answers.first_open(items)
+    st.session_state[cursor_key] = first_open(items)
 index = min(int(st.session_state[cursor_key]), len(items) - 1)
 item = items[index]
 done = sum(i.complete for i in items)
@@ -104,39 +109,35 @@ def go_to(position: int) -> None:
 
 
 def choose(criterion: str, value: str) -> None:
-    try:
-        answers.record_answer(store, me.name, item.item_id, criterion, value)
-    except answers.AnswerError as exc:
-        st.session_state["annotate-error"] = str(exc)
+    if refused := queue.answer(item.item_id, criterion, value):
+        st.session_state["annotate-error"] = refused
         return
     # Read back, not taken from this page's items: a fast click lands on a page drawn before the previous click's
     # answer was stored, and the item would never count as complete.
-    if answers.my_items(store, me.name, task.id)[index].complete:
+    if queue.items(task.id)[index].complete:
         move_on()
 
 
 def move_on() -> None:
-    following = answers.next_open(answers.my_items(store, me.name, task.id), index)
+    following = next_open(queue.items(task.id), index)
     if following is not None:
         go_to(following)
 
 
 def skip() -> None:
-    answers.skip_item(store, me.name, item.item_id)
+    queue.skip(item.item_id)
     move_on()
 
 
 def flag() -> None:
-    try:
-        answers.flag_item(store, me.name, item.item_id, st.session_state.get(f"flag-reason-{item.item_id}", ""))
-    except answers.AnswerError as exc:
-        st.session_state["annotate-error"] = str(exc)
+    if refused := queue.flag(item.item_id, st.session_state.get(f"flag-reason-{item.item_id}", "")):
+        st.session_state["annotate-error"] = refused
         return
     move_on()
 
 
 def save_comment() -> None:
-    answers.record_answer(store, me.name, item.item_id, COMMENT, st.session_state[f"comment-{item.item_id}"])
+    queue.comment(item.item_id, st.session_state[f"comment-{item.item_id}"])
 
 
 if error := st.session_state.pop("annotate-error", None):

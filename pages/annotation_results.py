@@ -5,10 +5,7 @@ answer. The same figures as `python -m medeval_core annotations report TASK --js
 import pandas as pd
 import streamlit as st
 
-from medeval_core.annotation.gate import require_annotator
-from medeval_core.annotation.report import export_rows, task_report, write_csv
-from medeval_core.annotation.tasks import list_tasks
-from medeval_core.context import current_store
+from medeval_core.controllers.annotation_results import Results
 
 
 def interval(bounds: tuple[float, float] | None, percent: bool = True) -> str:
@@ -17,16 +14,15 @@ def interval(bounds: tuple[float, float] | None, percent: bool = True) -> str:
     return f"{bounds[0]:.1%} - {bounds[1]:.1%}" if percent else f"{bounds[0]:.2f} - {bounds[1]:.2f}"
 
 
-store = current_store()
-require_annotator(store, admin=True)
+results = Results()
 st.title("Annotation results")
-tasks = list_tasks(store)
+tasks = results.tasks()
 if not tasks:
     st.info("No annotation tasks yet; create one on the Annotation tasks page.")
     st.stop()
-titles = {t.id: f"{t.title} · {t.kind} · {t.id}" for t in reversed(tasks)}
+titles = {t.id: f"{t.title} · {t.kind} · {t.id}" for t in tasks}
 task_id = st.selectbox("Task", list(titles), format_func=titles.__getitem__, key="results-task")
-report = task_report(store, task_id)
+report = results.report(task_id)
 
 done_share = report.assignments_done / report.assignments if report.assignments else 0.0
 st.progress(done_share, text=f"{report.assignments_done} of {report.assignments} assignments done "
@@ -62,5 +58,5 @@ if report.agreement:
 else:
     st.caption("Agreement needs items answered by at least two annotators.")
 
-st.download_button("Download every answer (CSV)", write_csv(export_rows(store, task_id)),
+st.download_button("Download every answer (CSV)", results.answers_csv(task_id),
                    file_name=f"{task_id}-annotations.csv", mime="text/csv")

@@ -4,35 +4,19 @@ assign its items to annotators, with overlap for agreement. Annotators never see
 import pandas as pd
 import streamlit as st
 
-from medeval_core.annotation.accounts import list_annotators
-from medeval_core.annotation.gate import require_annotator
-from medeval_core.annotation.items import ItemError, system_name
-from medeval_core.annotation.report import annotator_progress, item_flags
-from medeval_core.annotation.tasks import (
-    DEFAULT_PAIRWISE_CRITERIA,
-    Assignment,
-    create_judge_review_task,
-    create_pairwise_task,
-    create_patient_answer_task,
-    list_tasks,
-    runs_for_tasks,
-)
-from medeval_core.context import current_settings, current_store
-from medeval_core.errors import StoreError
+from medeval_core.controllers.annotation_tasks import DEFAULT_PAIRWISE_CRITERIA, TaskBuilder
 
 KINDS = {"pairwise": "Pairwise preference", "patient-answers": "Patient-answer ratings",
          "judge-review": "Judge review"}
 
-store = current_store()
-admin = require_annotator(store, admin=True)
+builder = TaskBuilder()
 st.title("Annotation tasks")
 
-runs = runs_for_tasks(store)
-accounts = [a.name for a in list_annotators(store) if a.active]
-if not runs:
+labels = builder.run_labels()
+accounts = builder.annotators()
+if not labels:
     st.info("No finished runs yet. Tasks are built from stored runs: finish a batch run first.")
     st.stop()
-labels = {run.id: f"{system_name(run)} · {run.benchmark} · {run.kind}" for run in runs}
 
 kind = st.radio("Kind", list(KINDS), format_func=KINDS.__getitem__, horizontal=True, key="task-kind")
 with st.form("create-task"):
@@ -42,11 +26,12 @@ with st.form("create-task"):
         run_b = second.selectbox("Run B", list(labels), index=min(1, len(labels) - 1),
                                  format_func=labels.__getitem__, key="task-run-b")
         criteria_text = st.text_area("Criteria (one per line)", "\n".join(DEFAULT_PAIRWISE_CRITERIA))
+        chosen_runs = [run_a, run_b]
     elif kind == "patient-answers":
-        dialogue_runs = st.multiselect("Dialogue runs", list(labels), format_func=labels.__getitem__)
+        chosen_runs = st.multiselect("Dialogue runs", list(labels), format_func=labels.__getitem__)
     else:
-        judged_run = st.selectbox("Run with judge verdicts (a judge's score run)", list(labels),
-                                  format_func=labels.__getitem__)
+        chosen_runs = [st.selectbox("Run with judge verdicts (a judge's score run)", list(labels),
+                                    format_func=labels.__getitem__)]
     annotators = st.multiselect("Annotators", accounts, default=accounts[: min(2, len(accounts))])
     left, middle, right = st.columns(3)
     per_item = left.number_input("Annotators per item (overlap)", min_value=1, value=max(1, len(annotators)))
@@ -56,44 +41,31 @@ with st.form("create-task"):
     submitted = st.form_submit_button("Create task", type="primary")
 
 if submitted:
-    try:
-        seed = int(seed_text) if seed_text.strip() else None
-        assignment = Assignment(annotators=annotators, per_item=int(per_item))
-        settings, limit = current_settings(), int(max_items) or None
-        with st.spinner("Building the items..."):
-            if kind == "pairwise":
-                criteria = [line.strip() for line in criteria_text.splitlines() if line.strip()]
-                task = create_pairwise_task(store, settings, run_a, run_b, assignment, admin.name,
-                                            criteria=criteria, title=title, seed=seed, max_items=limit)
-            elif kind == "patient-answers":
-                task = create_patient_answer_task(store, settings, dialogue_runs, assignment, admin.name,
-                                                  title=title, seed=seed, max_items=limit)
-            else:
-                task = create_judge_review_task(store, settings, judged_run, assignment, admin.name, title=title,
-                                                seed=seed, max_items=limit)
-    except ValueError:
-        st.error("The seed must be a whole number; correct it or leave it empty.")
-    except (ItemError, StoreError) as exc:
-        st.error(str(exc))
+    with st.spinner("Building the items..."):
+        created = builder.create(kind, runs=chosen_runs, annotators=annotators, per_item=int(per_item),
+                                 max_items=int(max_items), seed_text=seed_text, title=title,
+                                 criteria_text=criteria_text if kind == "pairwise" else "")
+    if created.error:
+        st.error(created.error)
     else:
-        st.success(f"Created task {task.id} (seed {task.config['seed']}).")
+        st.success(created.notice or "")
 
-tasks = list_tasks(store)
+tasks = builder.tasks()
 if tasks:
     st.subheader("Tasks")
     st.dataframe(pd.DataFrame([
         {"task": t.id, "kind": KINDS[t.kind], "title": t.title, "criteria": ", ".join(t.criteria),
          "annotators": ", ".join(t.config.get("annotators", [])), "per item": t.config.get("per_item"),
-         "seed": t.config.get("seed"), "created": t.created_at} for t in reversed(tasks)
+         "seed": t.config.get("seed"), "created": t.created_at} for t in tasks
     ]), hide_index=True, width="stretch")
 
     st.subheader("Progress per annotator")
     st.dataframe(pd.DataFrame([
         {"task": t.title, "annotator": p.annotator, "done": p.done, "skipped": p.skipped, "flagged": p.flagged,
          "remaining": p.remaining, "assigned": p.assigned}
-        for t in reversed(tasks) for p in annotator_progress(store, t.id)
+        for t in tasks for p in builder.progress(t.id)
     ]), hide_index=True, width="stretch")
-    flags = [flag for t in reversed(tasks) for flag in item_flags(store, t.id)]
+    flags = [flag for t in tasks for flag in builder.flags(t.id)]
     if flags:
         st.subheader("Flagged items")
         st.dataframe(pd.DataFrame([f.model_dump() for f in flags]), hide_index=True, width="stretch")

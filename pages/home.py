@@ -3,15 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from medeval_core.catalog import pages
-from medeval_core.context import current_settings
+from medeval_core.controllers.home import Home, SettingsError, pages
 from medeval_core.plaintext import literal, literal_cells
-from medeval_core.settings import SettingsError, runtime_versions
-from medeval_core.status import backends_status, data_status_rows, store_status
-
-# The pages a newcomer can use at once, with no model configured (by url_path). A comment, not a docstring: in a page
-# script Streamlit's magic would draw a bare string on the page.
-START_HERE = {"ddxplus": "no model needed", "sdbench": "offline gatekeeper and judge"}
 
 st.title("medeval")
 st.markdown(
@@ -22,11 +15,10 @@ st.markdown(
 )
 
 st.header("Start here")
-st.markdown("No model is needed to try medeval: question a simulated DDXPlus patient, give your differential and see "
-            "how it scores; or work up an SDBench case with the offline gatekeeper and judge.")
+st.markdown("No model is needed to try medeval on these pages:")
 for info in pages():
-    if info.url_path in START_HERE:
-        st.page_link(info.path, label=f"{info.title}: {START_HERE[info.url_path]}", icon=info.icon)
+    if info.start_here:
+        st.page_link(info.path, label=f"{info.title}: {info.start_here}", icon=info.icon)
 
 st.header("Pages")
 for info in pages():
@@ -38,15 +30,15 @@ if len(pages()) == 2:
             "`python -m medeval_core --help`.")
 
 try:
-    settings = current_settings()
+    home = Home()
 except SettingsError as exc:
     st.error(f"Settings could not be loaded: {literal(exc)}")
     st.stop()
 
 st.header("Data sources")
-st.caption(f"Looked up under {literal(settings.data_dir)} (set `MEDEVAL_DATA_DIR` to change it).")
+st.caption(f"Looked up under {literal(home.data_dir)} (set `MEDEVAL_DATA_DIR` to change it).")
 st.table(literal_cells(
-    pd.DataFrame([row.model_dump(exclude={"icon"}) for row in data_status_rows(settings)])
+    pd.DataFrame([row.model_dump(exclude={"icon"}) for row in home.data_sources()])
     .set_index("name")
     .rename(columns={"state": "Status", "files": "Files", "how_to_get": "How to get it",
                      "used_by": "Used by"})
@@ -55,7 +47,7 @@ st.table(literal_cells(
 
 st.header("Model backends")
 st.table(literal_cells(
-    pd.DataFrame([b.model_dump() for b in backends_status(settings)])
+    pd.DataFrame([b.model_dump() for b in home.backends()])
     .set_index("role")
     .rename(columns={"used_by": "Used by", "backend": "Backend", "model": "Model", "base_url": "Endpoint",
                      "configured": "Configured", "working": "Works",
@@ -64,7 +56,7 @@ st.table(literal_cells(
 ))
 
 st.header("Store")
-store = store_status(settings)
+store = home.store()
 if store.reachable:
     st.text(store.url)
     st.table(pd.DataFrame([store.counts], index=["rows"]))
@@ -72,6 +64,6 @@ else:
     st.error(f"The store at {literal(store.url)} cannot be opened ({literal(store.error)}). Check `MEDEVAL_DB_URL`.")
 
 with st.expander("Effective settings and versions"):
-    st.write(f"Settings hash `{settings.settings_hash()}`")
-    st.json(runtime_versions())
-    st.json(settings.effective())
+    st.write(f"Settings hash `{home.settings_hash()}`")
+    st.json(home.versions())
+    st.json(home.effective_settings())

@@ -4,17 +4,9 @@ lesion page and the walkthroughs use the defaults at once, and MEDEVAL_<ROLE>_* 
 
 import pandas as pd
 import streamlit as st
-from pydantic import ValidationError
 
-from medeval_core import registry
-from medeval_core.context import current_settings, current_store
-from medeval_core.endpoints import check_backend
-from medeval_core.errors import StoreError
-from medeval_core.forms import describe_validation_error
+from medeval_core.controllers.models import Models
 from medeval_core.plaintext import literal
-from medeval_core.settings import overriding_variables
-from medeval_core.status import backend_status
-from medeval_core.store import model_backends
 
 KINDS = {"openai": "OpenAI-compatible endpoint", "transformers": "Local Qwen2.5-VL checkpoint folder"}
 
@@ -23,24 +15,20 @@ st.caption("Register the model backends each role can use and pick one default p
            "give the name of the environment variable or Streamlit secret that holds the key. A MEDEVAL_<ROLE>_* "
            "variable set on the server overrides the default chosen here.")
 
-store = current_store()
-settings = current_settings()
-declared = registry.model_roles()
-roles = list(dict.fromkeys([*declared, *settings.roles]))
+models = Models()
+declared = models.declared_roles
+roles = models.roles
 
 st.subheader("In use now")
 if notice := st.session_state.pop("models_notice", None):
     st.success(literal(notice))
-in_use = {role: backend_status(role, settings.role(role), declared.get(role)) for role in roles}
 st.dataframe(pd.DataFrame([
-    {"role": role, "used by": status.used_by, "backend": status.backend, "model": status.model,
-     "base URL": status.base_url or "", "key variable": status.api_key_env,
-     "key set": status.api_key_set if status.backend == "openai" else None,
-     "set by the environment": ", ".join(overriding_variables(role))}
-    for role, status in in_use.items()]), hide_index=True, width="stretch")
+    {"role": row.role, "used by": row.used_by, "backend": row.backend, "model": row.model, "base URL": row.base_url,
+     "key variable": row.api_key_env, "key set": row.api_key_set, "set by the environment": row.set_by_environment}
+    for row in models.in_use()]), hide_index=True, width="stretch")
 
 st.subheader("Registered backends")
-backends = model_backends.list_backends(store)
+backends = models.backends()
 if not backends:
     st.info("No backend registered yet: add one below.")
 for backend in backends:
@@ -53,19 +41,17 @@ for backend in backends:
                                        if backend.base_url else "")))
         test, default, remove = right.columns(3)
         if test.button("Test", key=f"test-{backend.id}", help="one cheap request (one output token)"):
-            check = check_backend(backend.role, backend.choice())
+            check = models.test(backend)
             if check is not None and check.ok:
                 left.success(literal(check.message()))
             elif check is not None:
                 left.error(literal(check.message()))
         if not backend.is_default and default.button("Make default", key=f"default-{backend.id}"):
-            model_backends.set_default(store, backend.id or 0)
+            models.make_default(backend)
             st.rerun()
         if remove.button("Remove", key=f"remove-{backend.id}"):
-            try:
-                model_backends.remove_backend(store, backend.id or 0)
-            except StoreError as exc:
-                st.error(literal(str(exc)))
+            if refused := models.remove(backend).error:
+                st.error(literal(refused))
             st.rerun()
 
 st.subheader("Register a backend")
@@ -92,25 +78,12 @@ with st.form("register_backend", clear_on_submit=False):
     submitted = st.form_submit_button("Register", type="primary")
 
 if submitted:
-    try:
-        candidate = model_backends.ModelBackend(role=role or "", name=name.strip(), backend=kind, model=model.strip(),
-                                                base_url=base_url or None, api_key_env=api_key_env,
-                                                is_default=make_default)
-    except ValidationError as exc:
-        st.error(literal(f"Not registered: {describe_validation_error(exc)}"))
+    registered = models.register(role=role or "", name=name, backend=kind, model=model, base_url=base_url,
+                                 api_key_env=api_key_env, make_default=make_default, test_first=test_first)
+    if registered.error:
+        st.error(literal(registered.error))
     else:
-        check = check_backend(candidate.role, candidate.choice()) if test_first else None
-        if check is not None and not check.ok:
-            st.error(literal(f"Not registered: {check.message()}"))
-        else:
-            try:
-                saved = model_backends.register_backend(store, candidate)
-            except StoreError as exc:
-                st.error(literal(str(exc)))
-            else:
-                st.session_state["models_notice"] = (
-                    f"Registered {saved.name} for {saved.role}" + (" as its default." if saved.is_default else ".")
-                    + (f" {check.message()}" if check is not None else ""))
-                for field in REGISTER_FIELDS:  # a registered backend empties the form; a refused one keeps it to fix
-                    st.session_state.pop(field, None)
-                st.rerun()
+        st.session_state["models_notice"] = registered.notice
+        for field in REGISTER_FIELDS:  # a registered backend empties the form; a refused one keeps it to fix
+            st.session_state.pop(field, None)
+        st.rerun()

@@ -5,20 +5,15 @@ import json
 
 import streamlit as st
 
-from medeval_core import launch
-from medeval_core.benchmark import BenchmarkError, ScoreParams
-from medeval_core.catalog import RUNS
-from medeval_core.context import current_settings, current_store
-from medeval_core.forms import FieldSpec
+from medeval_core.controllers.new_run import RUNS_PAGE, BenchmarkError, FieldSpec, NewRun, SettingsError
 from medeval_core.plaintext import literal
-from medeval_core.settings import SettingsError
 
 st.title("New run")
 st.caption("Choose a benchmark and its parameters. The run is checked and estimated before anything starts; it then "
            "runs in its own worker process, so closing or reloading this page does not stop it.")
 
 try:
-    settings = current_settings()
+    controller = NewRun()
 except SettingsError as exc:
     st.error(literal(f"Settings could not be loaded: {exc}"))
     st.stop()
@@ -31,7 +26,7 @@ kind = st.radio("What to launch", ["A new run", SCORE_STORED], horizontal=True, 
 
 def score_stored_run() -> None:
     """Choose a stored run and a scorer of its benchmark; the score run is stored and its worker started."""
-    sources = {source.run_id: source for source in launch.score_sources(current_store())}
+    sources = controller.score_sources()
     if not sources:
         st.info("No stored batch run has finished cases to score yet.")
         return
@@ -50,41 +45,28 @@ def score_stored_run() -> None:
         submitted = st.form_submit_button("Launch scoring", type="primary")
     if not submitted:
         return
-    if scorer not in sources[source_id].scorers:
-        st.error(literal(f"Not launched: the {sources[source_id].benchmark} benchmark has no scorer {scorer}; "
-                         f"choose one of {', '.join(sources[source_id].scorers)}."))
-        return
-    try:
-        parsed = json.loads(options or "{}")
-        if not isinstance(parsed, dict):
-            raise ValueError("not an object")
-    except ValueError:
-        st.error("Not launched: the scorer options must be a JSON object, e.g. {}.")
-        return
-    try:
-        params = ScoreParams(scorer=scorer, options=parsed, concurrency=int(score_concurrency))
-        launched = launch.launch_score(source_id, params, settings, score_label)
-    except launch.LaunchError as exc:
-        st.error(literal(f"Not launched: {exc}"))
+    launched = controller.launch_score(sources[source_id], scorer, options, int(score_concurrency), score_label)
+    if launched.error:
+        st.error(literal(launched.error))
         return
     st.session_state["run_selected"] = launched.run_id
     st.session_state["launched_run"] = launched.run_id
-    st.success(literal(f"Launched score run {launched.run_id} over {source_id} (worker pid {launched.pid})."))
+    st.success(literal(launched.notice or ""))
 
 
 if kind == SCORE_STORED:
     score_stored_run()
     if st.session_state.get("launched_run") and st.button("Watch it on the Batch runs page",
                                                          icon=":material/monitoring:"):
-        st.switch_page(RUNS.path)
+        st.switch_page(RUNS_PAGE)
     st.stop()
 
-benchmarks = launch.launchable_benchmarks()
+benchmarks = controller.benchmarks()
 benchmark = st.selectbox("Benchmark", list(benchmarks), format_func=benchmarks.get, key="launch_benchmark")
-variants = launch.variants(benchmark)
+variants = controller.variants(benchmark)
 variant = st.radio("Kind of run", variants, horizontal=True, key=f"launch_variant_{benchmark}") if variants else None
 try:
-    specs = launch.form(benchmark, settings, variant)
+    specs = controller.form(benchmark, variant)
 except BenchmarkError as exc:  # a benchmark whose spec cannot give a form (a data source no benchmark declares)
     st.error(literal(str(exc)))
     st.stop()
@@ -121,7 +103,7 @@ def widget(spec: FieldSpec, key: str) -> object:
 with st.form(f"launch_form_{benchmark}_{variant}"):
     values = {spec.name: widget(spec, f"field_{benchmark}_{variant}_{spec.name}") for spec in specs}
     roles = {}
-    for offered in launch.role_choices(benchmark, settings, current_store()):
+    for offered in controller.role_choices(benchmark):
         picked = st.selectbox(
             f"Model for the {offered.role} role", offered.options, format_func=lambda option: option.label,
             key=f"role_{benchmark}_{offered.role}", disabled=bool(offered.fixed_by),
@@ -134,10 +116,11 @@ with st.form(f"launch_form_{benchmark}_{variant}"):
 if checked:
     st.session_state.pop("launch_plan", None)
     with st.spinner("Validating the parameters and counting the cases..."):
-        try:
-            st.session_state["launch_plan"] = (launch.plan(benchmark, values, settings, variant, roles), label)
-        except launch.LaunchError as exc:
-            st.error(literal(f"Not launched: {exc}"))
+        checked_plan = controller.plan(benchmark, values, variant, roles)
+        if checked_plan.plan is not None:
+            st.session_state["launch_plan"] = (checked_plan.plan, label)
+        else:
+            st.error(literal(checked_plan.error or ""))
 
 planned = st.session_state.get("launch_plan")
 if planned is not None and planned[0].benchmark == benchmark and planned[0].variant == variant:
@@ -159,18 +142,17 @@ if planned is not None and planned[0].benchmark == benchmark and planned[0].vari
         st.json({"params": plan.params, "settings": plan.settings}, expanded=False)
     if st.button("Launch", type="primary", key="launch_button"):
         with st.spinner("Checking the endpoints and starting the worker..."):
-            try:
-                launched = launch.launch(plan, settings, label=plan_label)
-            except launch.LaunchError as exc:
-                st.error(literal(f"Not launched: {exc}"))
+            launched = controller.launch(plan, plan_label)
+            if launched.error:
+                st.error(literal(launched.error))
             else:
                 st.session_state.pop("launch_plan", None)
                 st.session_state["run_selected"] = launched.run_id
                 st.session_state["launched_run"] = launched.run_id
                 for check in launched.checks:
-                    st.caption(literal(check.message()))
-                st.success(literal(f"Launched run {launched.run_id} (worker pid {launched.pid})."))
+                    st.caption(literal(check))
+                st.success(literal(launched.notice or ""))
 
 if st.session_state.get("launched_run") and st.button("Watch it on the Batch runs page",
                                                      icon=":material/monitoring:"):
-    st.switch_page(RUNS.path)
+    st.switch_page(RUNS_PAGE)

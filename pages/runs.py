@@ -11,15 +11,9 @@ import json
 import pandas as pd
 import streamlit as st
 
-from medeval_core import exports, plots, results, service, transcript, workers
-from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.catalog import NEW_RUN
-from medeval_core.compare import RunComparison, run_comparison
-from medeval_core.context import current_settings, current_store
-from medeval_core.errors import StoreError
+from medeval_core.controllers import runs
+from medeval_core.controllers.runs import MetricSummary, RunComparison, RunKind, RunSummary
 from medeval_core.plaintext import literal
-from medeval_core.records import MetricSummary, RunKind
-from medeval_core.reports import run_report_html
 
 STATUS_FILTERS = {"all": None, "finished": "ok", "failed": "failed"}
 
@@ -45,7 +39,7 @@ def show_summary(summary: RunSummary) -> None:
             st.dataframe(pd.DataFrame([{"repetition": r.repetition, "done": r.counts.done, "failed": r.counts.failed,
                                         **{m.name: m.format(m.value) for m in r.metrics}}
                                        for r in summary.repetitions]), hide_index=True, width="stretch")
-    for dimension in plots.group_dimensions(summary) if counts.done else []:
+    for dimension in runs.group_dimensions(summary) if counts.done else []:
         groups = [g for g in summary.groups if g.dimension == dimension]
         with st.expander(f"By {dimension} ({len(groups)} groups)"):
             st.dataframe(pd.DataFrame([{dimension: g.label, "n": g.metrics[0].n if g.metrics else 0,
@@ -61,7 +55,7 @@ def show_summary(summary: RunSummary) -> None:
 
 def show_case(run_id: str, case_id: str, repetition: int) -> None:
     """One case: image, dialogue turn by turn, model output, judge attempts with raw replies, model calls."""
-    detail = results.case_detail(store, run_id, case_id, repetition)
+    detail = controller.case_detail(run_id, case_id, repetition)
     if detail is None:
         st.info("This case has no stored result yet.")
         return
@@ -86,14 +80,14 @@ def show_case(run_id: str, case_id: str, repetition: int) -> None:
     st.markdown("**Model output**")
     differential = result.output.get("differential")
     if isinstance(differential, dict) and differential:
-        rows = transcript.differential_rows(differential)
-        st.caption(f"Differential: {len(rows)} pathologies above {transcript.DIFFERENTIAL_FLOOR}, most likely first")
+        rows = runs.differential_rows(differential)
+        st.caption(f"Differential: {len(rows)} pathologies above {runs.DIFFERENTIAL_FLOOR}, most likely first")
         st.dataframe(pd.DataFrame([row.model_dump() for row in rows]), hide_index=True,
                      column_config={"probability": st.column_config.NumberColumn(format="%.3f")})
     text_fields = {k: v for k, v in result.output.items() if isinstance(v, str) and len(v) > 80}
     for name, text in text_fields.items():
         st.caption(literal(name))
-        parts = transcript.reasoned(text)
+        parts = runs.reasoned(text)
         if parts is None:
             st.text(text)
         else:
@@ -127,27 +121,23 @@ st.caption("Runs launched on the New run page or with `python -m medeval_core ru
            "its own worker process and saves every case as it finishes: a run whose workers stopped shows as "
            "interrupted and can be resumed.")
 
-store = current_store()
-runs_at_open = store.list_runs()  # for the parts outside the live fragment, which reads its own
+controller = runs.Runs()
+runs_at_open = controller.runs()  # for the parts outside the live fragment, which reads its own
 if not runs_at_open:
     st.info("No runs yet. Launch one on the New run page, or from the command line, e.g. "
             "`python -m medeval_core run ddxplus --patients PATIENTS.csv --agent kb-bayes`.")
     if st.button("New run", icon=":material/play_circle:"):
-        st.switch_page(NEW_RUN.path)
+        st.switch_page(runs.NEW_RUN_PAGE)
     st.stop()
 
-batch_rows = [row for row in runs_at_open if row.kind == RunKind.BATCH]
-any_active = any(state in ("running", "cancelling", "pending")
-                 for state in workers.run_states(store, batch_rows).values())
+any_active = controller.any_active(runs_at_open)
 CASES_PER_PAGE = 50
 
 
 @st.fragment(run_every="2s" if any_active else None)
 def live_section() -> None:
     """The run list and everything about the selected run, read and drawn together."""
-    rows = store.list_runs()
-    states = workers.run_states(store, rows)  # one query for every run's workers
-    listings = [r for r in results.run_listings(rows, states) if r.kind != RunKind.SESSION]
+    listings = controller.batch_listings()
     if not listings:
         st.info("No batch runs yet; past interactive sessions are listed below.")
         return
@@ -159,7 +149,7 @@ def live_section() -> None:
     if st.session_state.get("run_selected") not in names:
         st.session_state["run_selected"] = listings[0].id
     selected = st.selectbox("Run", list(names), format_func=lambda i: f"{names[i]} ({i})", key="run_selected")
-    snapshot = service.run_snapshot(store, selected)  # overview, summary and metrics read at one moment
+    snapshot = controller.snapshot(selected)  # overview, summary and metrics read at one moment
     overview = snapshot.overview
     # When the run stops, the whole page (run list, plots across runs, comparison, sidebar) is drawn again, so
     # nothing on it stays at the counts it had while the run was live.
@@ -181,7 +171,7 @@ def live_section() -> None:
     if overview.error:
         st.error(literal(f"The run stopped with an error: {overview.error}"))
     if not overview.active and (overview.error or overview.state in ("failed", "interrupted")):
-        log = workers.worker_log_tail(current_settings(), selected)
+        log = controller.worker_log(selected)
         if log:
             with st.expander("The worker's log (last lines)", expanded=bool(overview.error)):
                 st.code(log, language=None)
@@ -189,17 +179,15 @@ def live_section() -> None:
     if overview.resumable and left.button("Resume", key=f"resume-{selected}",
                                           help="Starts a worker: finished cases are kept; failed and pending ones "
                                                "run again."):
-        try:
-            pid = workers.start_worker(current_settings(), selected)
-            st.toast(literal(f"Resuming {selected} (worker pid {pid})."))
-        except (StoreError, BenchmarkError) as exc:
-            st.error(literal(f"This run cannot be resumed here: {exc}"))
-    if overview.cancellable and right.button("Cancel", key=f"cancel-{selected}",
-                                             help="Stops after the cases in flight; they are saved."):
-        try:
-            store.request_cancel(selected)
-        except StoreError as exc:
-            st.error(literal(str(exc)))
+        resumed = controller.resume(selected)
+        if resumed.error:
+            st.error(literal(resumed.error))
+        else:
+            st.toast(literal(resumed.notice or ""))
+    if (overview.cancellable and right.button("Cancel", key=f"cancel-{selected}",
+                                              help="Stops after the cases in flight; they are saved.")
+            and (refused := controller.cancel(selected).error)):
+        st.error(literal(refused))
 
     summary = snapshot.summary
     if summary is not None:
@@ -224,15 +212,15 @@ def live_section() -> None:
 def run_plots(label: str, summaries: list[MetricSummary], summary: RunSummary | None) -> None:
     """The selected run's metric intervals and its breakdown by group."""
     if summaries:
-        st.plotly_chart(plots.metric_intervals({label: summaries}), width="stretch", key="intervals")
+        st.plotly_chart(runs.metric_intervals({label: summaries}), width="stretch", key="intervals")
     if summary is not None and summary.groups and summary.counts.done:
-        dimensions = plots.group_dimensions(summary)
+        dimensions = runs.group_dimensions(summary)
         left, right = st.columns(2)
         dimension = left.selectbox("Breakdown by", dimensions, key="breakdown_dimension")
         metric_names = list(dict.fromkeys(m.name for g in summary.groups if g.dimension == dimension
                                           for m in g.metrics))
         metric = right.selectbox("Metric", metric_names, key="breakdown_metric")
-        st.plotly_chart(plots.group_breakdown(summary, dimension, metric), width="stretch", key="breakdown")
+        st.plotly_chart(runs.group_breakdown(summary, dimension, metric), width="stretch", key="breakdown")
 
 
 def case_section(run_id: str) -> None:
@@ -242,7 +230,7 @@ def case_section(run_id: str) -> None:
     status = left.selectbox("Show", list(STATUS_FILTERS), key="case_filter")
     search = middle.text_input("Search case ids and errors", key="case_search")
     page_number = int(right.number_input("Page", min_value=1, value=1, step=1, key="case_page")) - 1
-    found = results.case_page(store, run_id, STATUS_FILTERS[status], search, page_number, CASES_PER_PAGE)
+    found = controller.case_page(run_id, STATUS_FILTERS[status], search, page_number, CASES_PER_PAGE)
     shown = found.rows
     pages = max(1, -(-found.total // CASES_PER_PAGE))
     st.caption(f"{found.offset + 1 if shown else 0}-{found.offset + len(shown)} of {found.total} case results "
@@ -261,11 +249,11 @@ def case_section(run_id: str) -> None:
 def downloads(run_id: str, label: str) -> None:
     # Built only when clicked: rebuilding the files on every rerun cost seconds per 10k results.
     left, middle, right = st.columns(3)
-    left.download_button("Download results (CSV)", lambda: exports.results_csv(store.results(run_id)),
+    left.download_button("Download results (CSV)", lambda: controller.results_csv(run_id),
                          file_name=f"{run_id}.csv", mime="text/csv", on_click="ignore")
-    middle.download_button("Download results (JSON Lines)", lambda: exports.results_jsonl(store.results(run_id)),
+    middle.download_button("Download results (JSON Lines)", lambda: controller.results_jsonl(run_id),
                            file_name=f"{run_id}.jsonl", mime="application/jsonl", on_click="ignore")
-    right.download_button("Download HTML report", lambda: run_report_html(store, run_id),
+    right.download_button("Download HTML report", lambda: controller.report_html(run_id),
                           file_name=f"{run_id}.html", mime="text/html", on_click="ignore",
                           help=f"{label}: summary, settings and versions, plots, per-case table; opens offline")
 
@@ -273,7 +261,7 @@ def downloads(run_id: str, label: str) -> None:
 live_section()
 
 batch_runs = [r for r in runs_at_open if r.kind != RunKind.SESSION]
-labels = {r.id: results.run_label(r) for r in batch_runs}
+labels = {r.id: runs.run_label(r) for r in batch_runs}
 
 
 @st.fragment
@@ -283,15 +271,14 @@ def across_section() -> None:
                             key="across_runs")
     if not chosen:
         return
-    # Stored with a finished run's summary; computed (cached per result stamp) for a live one.
-    across = {labels[run_id]: metrics for run_id in chosen if (metrics := service.metric_summaries(store, run_id))}
+    across = {labels[run_id]: metrics for run_id in chosen if (metrics := controller.metric_summaries(run_id))}
     if across:
-        st.plotly_chart(plots.metric_intervals(across), width="stretch", key="across")
+        st.plotly_chart(runs.metric_intervals(across), width="stretch", key="across")
     else:
         st.info("None of these runs has a finished case yet.")
-    points = plots.cost_points(results.stored_summaries(store, chosen))
+    points = controller.cost_points(chosen)
     if points:
-        st.plotly_chart(plots.accuracy_vs_cost(points), width="stretch", key="pareto")
+        st.plotly_chart(runs.accuracy_vs_cost(points), width="stretch", key="pareto")
 
 
 st.header("Across runs")
@@ -310,12 +297,12 @@ def show_comparison(run_a: str, run_b: str, comparison: RunComparison) -> None:
              "only A right": p.only_a_correct, "only B right": p.only_b_correct}
             for p in comparison.paired]).set_index("metric"))
         metric = st.selectbox("Paired differences of", [p.metric for p in comparison.paired], key="compare_metric")
-        differences = results.paired_differences(store, run_a, run_b, metric)
-        st.plotly_chart(plots.paired_differences_plot(metric, differences.differences, labels[run_a],
+        differences = controller.paired_differences(run_a, run_b, metric)
+        st.plotly_chart(runs.paired_differences_plot(metric, differences.differences, labels[run_a],
                                                       labels[run_b]), width="stretch", key="paired")
     else:
         st.info("These runs share no scored cases with the same metrics; they cannot be compared pairwise.")
-    st.plotly_chart(plots.metric_intervals({labels[run_a]: comparison.summaries_a,
+    st.plotly_chart(runs.metric_intervals({labels[run_a]: comparison.summaries_a,
                                             labels[run_b]: comparison.summaries_b}),
                     width="stretch", key="compare_intervals")
 
@@ -324,14 +311,14 @@ def show_comparison(run_a: str, run_b: str, comparison: RunComparison) -> None:
 def compare_section() -> None:
     col_a, col_b = st.columns(2)
     run_a = col_a.selectbox("Run A", list(labels), index=0, format_func=labels.get, key="compare_a")
-    same_benchmark = [r.id for r in batch_runs if r.benchmark == store.get_run(run_a).benchmark and r.id != run_a]
+    same_benchmark = controller.comparable(run_a, batch_runs)
     if not same_benchmark:
         st.info("No other run of this benchmark to compare with.")
     else:
         run_b = col_b.selectbox("Run B", same_benchmark, format_func=labels.get, key="compare_b")
         try:
-            comparison = run_comparison(store, run_a, run_b)  # cached per result stamp of both runs
-        except BenchmarkError as exc:
+            comparison = controller.comparison(run_a, run_b)
+        except runs.BenchmarkError as exc:
             st.info(literal(str(exc)))
         else:
             show_comparison(run_a, run_b, comparison)
@@ -345,7 +332,7 @@ elif st.toggle("Compare two runs case by case", key="compare_shown",
     compare_section()
 
 st.header("Past walkthroughs and lesion evaluations")
-sessions = results.session_listings(store)
+sessions = controller.sessions()
 if not sessions:
     st.info("No interactive session yet: the DDXPlus walkthrough and the lesion page save each one here.")
 else:
@@ -357,8 +344,8 @@ else:
         row = next(s for s in sessions if s.run_id == reopened)
         if row.reopen_page and row.reopen_query and st.button("Continue it on its page", key="session_continue"):
             st.switch_page(row.reopen_page, query_params={row.reopen_query: row.run_id})
-        case = store.results(reopened)
-        if case:
-            show_case(reopened, case[0].case_id, case[0].repetition)
+        step = controller.first_step(reopened)
+        if step is not None:
+            show_case(reopened, *step)
         else:
             st.info(literal(f"Session {row.run_id} has no finished step yet; continue it on its page."))

@@ -100,7 +100,9 @@ def test_no_page_script_has_a_bare_string_that_streamlit_would_draw() -> None:
     statement (an attribute docstring, say) would show to the clinician as text."""
     import ast
 
-    for script in [Path(APP), *sorted(Path(APP).parent.joinpath("pages").glob("*.py"))]:
+    root = Path(APP).parent
+    scripts = [Path(APP), *sorted(root.glob("pages/*.py")), *sorted(root.glob("medeval_core/benchmarks/*/page_*.py"))]
+    for script in scripts:
         body = ast.parse(script.read_text(encoding="utf-8")).body
         strays = [node.lineno for node in body[1:]
                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)

@@ -13,7 +13,7 @@ from medeval_core.catalog import pages
 from medeval_core.plaintext import literal
 from medeval_core.records import RunKind, RunStatus
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "ddxplus_walkthrough.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "ddxplus" / "page_walkthrough.py")
 
 
 def open_page(query: dict[str, str] | None = None) -> AppTest:
@@ -38,7 +38,7 @@ def ask(app: AppTest, search: str, code: str) -> None:
 
 
 def test_page_is_catalogued() -> None:
-    assert any(info.path == "pages/ddxplus_walkthrough.py" for info in pages())
+    assert any(Path(info.path).samefile(PAGE) for info in pages())
 
 
 def test_whole_walkthrough_survives_a_reload_and_is_saved() -> None:

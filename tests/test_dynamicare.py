@@ -38,7 +38,7 @@ from medeval_core.interaction import EpisodeError
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PAGE = str(REPO_ROOT / "pages" / "open_diagnosis_walkthrough.py")
+PAGE = str(REPO_ROOT / "medeval_core" / "benchmarks" / "dynamicare" / "page_walkthrough.py")
 
 RECORD = {
     "case_id": "p-1", "chief_complaint": "58-year-old man with two days of breathlessness",

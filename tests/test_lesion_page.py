@@ -23,7 +23,7 @@ from medeval_core.store import Store
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "lesion_diagnosis.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "ddi" / "page_lesion.py")
 LESION = "ISIC_0000002.jpg"
 
 

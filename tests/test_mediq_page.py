@@ -15,7 +15,7 @@ from medeval_core.catalog import pages
 from medeval_core.records import RunKind, RunStatus
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "mediq_walkthrough.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "mediq" / "page_walkthrough.py")
 
 
 def open_page(query: dict[str, str] | None = None) -> AppTest:
@@ -39,7 +39,7 @@ def texts(app: AppTest) -> list[str]:
 
 
 def test_page_is_catalogued():
-    assert any(info.path == "pages/mediq_walkthrough.py" for info in pages())
+    assert any(Path(info.path).samefile(PAGE) for info in pages())
 
 
 def test_whole_case_survives_a_reload_and_is_saved():

@@ -12,7 +12,7 @@ from medeval_core import context
 from medeval_core.catalog import pages
 from medeval_core.records import RunKind, RunStatus
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "sdbench_walkthrough.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "sdbench" / "page_walkthrough.py")
 
 
 def open_page(query: dict[str, str] | None = None) -> AppTest:
@@ -37,7 +37,7 @@ def metric(app: AppTest, label: str) -> str:
 
 
 def test_page_is_catalogued():
-    assert any(info.path == "pages/sdbench_walkthrough.py" and info.title == "SDBench walkthrough"
+    assert any(Path(info.path).samefile(PAGE) and info.title == "SDBench walkthrough"
                for info in pages())
 
 

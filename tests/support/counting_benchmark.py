@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -61,8 +62,9 @@ SPEC = BenchmarkSpec(
     name="counting", title="Counting (toy)", description="A toy benchmark for tests: each case scores its index.",
     factory=f"{__name__}:CountingBenchmark",
     cli=f"{__name__}:CLI",
-    pages=(PageInfo(path="tests/support/counting_page.py", title="Counting", icon=":material/counter_1:",
-                    section="Benchmarks", url_path="counting", description="The toy benchmark's page."),),
+    pages=(PageInfo(path=str(Path(__file__).with_name("counting_page.py")), title="Counting",
+                    icon=":material/counter_1:", section="Benchmarks", url_path="counting",
+                    description="The toy benchmark's page."),),
     model_roles=(ModelRole(name="counter", description="counts (toy role)"),),
     data_sources=(NUMBERS_SOURCE, "mediq"),
 )

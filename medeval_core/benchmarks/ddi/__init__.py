@@ -8,6 +8,8 @@ and ISIC data sources, ``reported`` recomputes the document's reported figures f
 the ``run ddi`` options, ``judge ddi`` and ``check-reported`` (``reported_cli``).
 """
 
+from pathlib import Path
+
 from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -23,7 +25,8 @@ SPEC = BenchmarkSpec(
     cli="medeval_core.benchmarks.ddi.cli:CLI",
     pages=(
         PageInfo(
-            path="pages/lesion_diagnosis.py", title="Lesion diagnosis", icon=":material/dermatology:",
+            path=str(Path(__file__).with_name("page_lesion.py")),
+            title="Lesion diagnosis", icon=":material/dermatology:",
             section="Benchmarks", url_path="lesion",
             description="Upload a skin-lesion image, run the tested vision-language model with the DDI or 23-label "
                         "prompts, and see the final diagnosis and the judge's verdict; or judge a pasted answer from "

@@ -21,10 +21,13 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from medeval_core.backends.vlm import VlmBackend, greedy_settings
+from medeval_core.backends.vlm import VlmBackend, VlmBackendError, greedy_settings
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi import JUDGE_ROLE, VLM_ROLE
+from medeval_core.benchmarks.ddi.images import UPLOAD_TYPES as UPLOAD_TYPES
+from medeval_core.benchmarks.ddi.images import ImageRejected as ImageRejected
 from medeval_core.benchmarks.ddi.images import ValidatedImage
+from medeval_core.benchmarks.ddi.images import validate_image as validate_image
 from medeval_core.benchmarks.ddi.judge import (
     DdiJudge,
     DdiJudgeItem,
@@ -43,12 +46,15 @@ from medeval_core.benchmarks.ddi.tasks import (
     prompt_for,
     score_label,
 )
+from medeval_core.benchmarks.ddi.tasks import canonical_label as canonical_label
+from medeval_core.context import current_settings as current_settings
+from medeval_core.context import current_store as current_store
 from medeval_core.judges.base import JudgeError, attempt_recorder
 from medeval_core.models import for_role, is_served, not_configured
-from medeval_core.prompts import load_labels
+from medeval_core.prompts import PromptError, load_labels
 from medeval_core.records import CaseOutcome, utc_now
 from medeval_core.sessions import Session
-from medeval_core.settings import GenerationSettings, Settings
+from medeval_core.settings import GenerationSettings, Settings, SettingsError
 from medeval_core.store import Store, StoreError
 from medeval_core.transcript import reasoned
 
@@ -59,6 +65,9 @@ CANCELLED = "The evaluation was cancelled before it finished."
 Stage = Literal["loading", "generating", "judging"]
 STAGE_TEXT: dict[Stage, str] = {"loading": "Loading the model", "generating": "Generating the answer",
                                 "judging": "Judging the answer"}
+EVALUATION_ERRORS = (ValueError, VlmBackendError, SettingsError, PromptError)
+"""What ``evaluate_upload`` raises with one sentence for the page: the input, the model, the settings, the
+prompts."""
 T = TypeVar("T")
 ProgressCallback = Callable[[Stage, float], None]
 """Called with the running stage and the seconds it has run; raising from it cancels the evaluation."""
@@ -306,6 +315,11 @@ def session_evaluations(store: Store, run_ids: Sequence[str]) -> list[LesionEval
             continue
         evaluations.extend(LesionEvaluation.model_validate(r.output) for r in results if r.case_id == CASE_ID)
     return sorted(evaluations, key=lambda e: e.created_at, reverse=True)
+
+
+def candidate_labels(settings: Settings) -> list[str]:
+    """The classification task's label space (the 23 candidate labels of the prompts folder)."""
+    return load_labels(prompts_dir=settings.prompts_dir)
 
 
 def new_session_id() -> str:

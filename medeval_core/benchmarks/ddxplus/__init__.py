@@ -27,8 +27,10 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.ddxplus.benchmark:DDXPlusBenchmark",
     cli="medeval_core.benchmarks.ddxplus.cli:CLI",
     pages=(PageInfo(
-        path="pages/ddxplus_walkthrough.py", title="DDXPlus walkthrough", icon=":material/forum:",
+        path=str(Path(__file__).with_name("page_walkthrough.py")),
+        title="DDXPlus walkthrough", icon=":material/forum:",
         section="Benchmarks", url_path="ddxplus", reopen_query="walkthrough",
+        start_here="question a simulated patient, give your differential and see how it scores",
         description="Question a simulated DDXPlus patient, give a ranked differential and see the official "
                     "metrics, the ground truth beside yours and the evidences you missed; ask what the KB-Bayes "
                     "agent would do.",

@@ -38,6 +38,9 @@ from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS, THRESHOLD
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import metric_unit
+from medeval_core.context import current_settings as current_settings
+from medeval_core.context import current_store as current_store
+from medeval_core.interaction import EpisodeError as EpisodeError
 from medeval_core.records import CaseOutcome, CaseResult, Turn
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings

@@ -7,6 +7,8 @@ This module holds the spec only (light); ``benchmark.py`` is imported when a run
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from medeval_core.benchmarks.dynamicare.sources import AGENTCLINIC
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -18,7 +20,7 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.dynamicare.benchmark:DynamicareBenchmark",
     cli="medeval_core.benchmarks.dynamicare.cli:CLI",
     pages=(PageInfo(
-        path="pages/open_diagnosis_walkthrough.py", title="Open diagnosis walkthrough",
+        path=str(Path(__file__).with_name("page_walkthrough.py")), title="Open diagnosis walkthrough",
         icon=":material/medical_information:", section="Benchmarks", url_path="open-diagnosis",
         description="Question a patient simulated from a record, rank diagnoses, check and correct each one's "
                     "ICD-9 code, then see Hit@K / Rec@K and the codes matched.",

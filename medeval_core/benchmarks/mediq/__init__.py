@@ -6,6 +6,8 @@ This module holds the spec only (light); ``benchmark.py`` is imported when a run
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from medeval_core.benchmarks.mediq.sources import SOURCE
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -18,7 +20,8 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.mediq.benchmark:MediqBenchmark",
     cli="medeval_core.benchmarks.mediq.cli:CLI",
     pages=(PageInfo(
-        path="pages/mediq_walkthrough.py", title="MEDIQ walkthrough", icon=":material/quiz:",
+        path=str(Path(__file__).with_name("page_walkthrough.py")),
+        title="MEDIQ walkthrough", icon=":material/quiz:",
         section="Benchmarks", url_path="mediq",
         description="Ask a MEDIQ patient questions, choose an option, then see the answer, the facts you never "
                     "uncovered and what the LLM expert would have asked.",

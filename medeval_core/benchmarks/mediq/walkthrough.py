@@ -30,7 +30,10 @@ from medeval_core.benchmarks.mediq.interaction import (
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.context import current_settings as current_settings
+from medeval_core.context import current_store as current_store
 from medeval_core.dialogue import Reply
+from medeval_core.interaction import EpisodeError as EpisodeError
 from medeval_core.records import CaseOutcome, CaseResult
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings

@@ -8,6 +8,8 @@ app start fast; ``benchmark.py`` is imported when an SDBench run is built.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from medeval_core.benchmarks.sdbench.sources import CASES, COSTING
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -24,8 +26,10 @@ SPEC = BenchmarkSpec(
     factory="medeval_core.benchmarks.sdbench.benchmark:SDBenchBenchmark",
     cli="medeval_core.benchmarks.sdbench.cli:CLI",
     pages=(PageInfo(
-        path="pages/sdbench_walkthrough.py", title="SDBench walkthrough", icon=":material/labs:",
+        path=str(Path(__file__).with_name("page_walkthrough.py")),
+        title="SDBench walkthrough", icon=":material/labs:",
         section="Benchmarks", url_path="sdbench",
+        start_here="work up a case with the offline gatekeeper and judge",
         description="Read a case summary, ask the gatekeeper questions and order tests with their running cost, "
                     "commit a diagnosis and see the judge's score, the reference and the findings you never asked "
                     "for.",

@@ -44,6 +44,7 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
     Tests,
 )
 from medeval_core.benchmarks.sdbench.judge import CLINICIAN_JUDGE, Grade, judgement
+from medeval_core.context import current_settings, current_store
 from medeval_core.interaction import Episode, EpisodeError, Limits
 from medeval_core.models import for_role, is_served
 from medeval_core.records import CaseOutcome, CaseResult, Judgement
@@ -320,5 +321,6 @@ def clinician_grades(store: Store, walk: Walkthrough) -> list[Judgement]:
     return [j for j in store.judgements(run_id=walk.id) if j.judge_name == CLINICIAN_JUDGE]
 
 
-__all__ = ["EpisodeError", "Walkthrough", "WalkthroughError", "act", "case_sources", "clinician_grade", "findings",
-           "load", "load_source", "running_cost", "search", "start", "timeline"]
+__all__ = ["EpisodeError", "Walkthrough", "WalkthroughError", "act", "case_sources", "clinician_grade",
+           "current_settings", "current_store", "findings", "load", "load_source", "running_cost", "search", "start",
+           "timeline"]

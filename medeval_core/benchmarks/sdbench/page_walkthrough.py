@@ -6,8 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.sdbench import walkthrough as wt
-from medeval_core.context import current_settings, current_store
-from medeval_core.session_controls import session_controls
+from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
 
 MODES = {"questions": "Ask questions", "tests": "Order tests", "diagnosis": "Commit a diagnosis"}
 
@@ -18,8 +17,8 @@ st.caption("Work up a case as the sequential-diagnosis agent would: you start fr
            "ordering a test ends the visit, so the next question starts another. Each test is priced by its "
            "CPT/HCPCS code, or estimated when no code matches.")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
 
 def send_step(walk: wt.Walkthrough, mode: wt.Mode) -> None:
@@ -31,13 +30,7 @@ def send_step(walk: wt.Walkthrough, mode: wt.Mode) -> None:
     else:
         st.session_state["sd_box"] = ""
 
-walk = None
-walk_id = st.query_params.get("walkthrough")
-if walk_id:
-    try:
-        walk = wt.load(store, settings, walk_id)
-    except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+walk = walkthrough_in_link(lambda run_id: wt.load(store, settings, run_id))
 
 if walk is None:
     st.subheader("Pick a case")
@@ -69,14 +62,7 @@ if walk is None:
     case_id = st.selectbox("Case", list(by_id), key="sd_case",
                            format_func=lambda cid: f"{cid} ({by_id[cid].split})")
     st.text(by_id[case_id].case_summary)
-    if st.button("Start walkthrough", type="primary", key="sd_start"):
-        try:
-            new_id = wt.start(store, settings, path, case_id)
-        except wt.WalkthroughError as exc:
-            st.error(str(exc))
-        else:
-            st.query_params["walkthrough"] = new_id
-            st.rerun()
+    start_button("sd_start", lambda: wt.start(store, settings, path, case_id))
     st.stop()
 
 st.subheader("Case summary")

@@ -4,9 +4,6 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
-from medeval_core.benchmarks.ddxplus.interaction import EpisodeError
-from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS
-from medeval_core.context import current_settings, current_store
 from medeval_core.plaintext import literal
 from medeval_core.session_controls import session_controls
 
@@ -18,15 +15,15 @@ st.caption("Question a simulated DDXPlus patient as an agent would: each questio
            "answer for that evidence, 30 questions at most. Then give your differential and compare it with the "
            "ground truth (DDR, DDP, DDF1, GTPA, GTPA@1, PER, IL as in the DDXPlus evaluation).")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
 
 def ask_question(walk: wt.Walkthrough, code: str) -> None:
     """Ask; once asked the search is emptied for the next question (a refused question keeps it)."""
     try:
         wt.ask(store, walk, code)
-    except (wt.WalkthroughError, EpisodeError) as exc:
+    except (wt.WalkthroughError, wt.EpisodeError) as exc:
         st.session_state["ddx_error"] = str(exc)
     else:
         st.session_state["ddx_search"] = ""
@@ -128,15 +125,15 @@ if not walk.finished:
         try:
             differential = masses if weights == "masses" else wt.ranks_to_masses(chosen)
             wt.submit(store, walk, differential)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(literal(exc))
         else:
             st.rerun()
 else:
     st.subheader("Result")
     metrics = walk.result.metrics
-    columns = st.columns(len(METRIC_KEYS))
-    for column, key in zip(columns, METRIC_KEYS, strict=True):
+    columns = st.columns(len(wt.METRIC_KEYS))
+    for column, key in zip(columns, wt.METRIC_KEYS, strict=True):
         column.metric(key, f"{metrics[key]:.0f}" if key == "IL" else f"{metrics[key]:.1f}")
     st.markdown(f"**True pathology:** {literal(patient.pathology)}")
     rows = wt.comparison_rows(res, walk)

@@ -3,25 +3,17 @@
 import streamlit as st
 
 from medeval_core.benchmarks.mediq import walkthrough as wt
-from medeval_core.context import current_settings, current_store
-from medeval_core.interaction import EpisodeError
-from medeval_core.session_controls import session_controls
+from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
 
 st.title("MEDIQ walkthrough")
 st.caption("You see what the expert sees first: the initial information, the question and the options. Ask the "
            "patient one question at a time (the patient answers only with the case's own facts, or says it cannot "
            "answer), then choose an option. 10 questions at most.")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
-walk = None
-walk_id = st.query_params.get("walkthrough")
-if walk_id:
-    try:
-        walk = wt.load(store, settings, walk_id)
-    except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+walk = walkthrough_in_link(lambda run_id: wt.load(store, settings, run_id))
 
 if walk is None:
     st.subheader("Pick a case")
@@ -35,14 +27,7 @@ if walk is None:
     case_id = st.selectbox("Case", list(by_id), key="mediq_case",
                            format_func=lambda i: f"{i}: {by_id[i].question[:90]}")
     st.caption(cases.summary() + ".")
-    if st.button("Start walkthrough", type="primary", key="mediq_start"):
-        try:
-            new_id = wt.start(store, settings, name, case_id)
-        except wt.WalkthroughError as exc:
-            st.error(str(exc))
-        else:
-            st.query_params["walkthrough"] = new_id
-            st.rerun()
+    start_button("mediq_start", lambda: wt.start(store, settings, name, case_id))
     st.stop()
 
 case = walk.case
@@ -78,7 +63,7 @@ if not walk.finished:
     if asked:
         try:
             wt.ask(walk, question)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(str(exc))
         else:
             st.rerun()
@@ -90,7 +75,7 @@ if not walk.finished:
     if st.button("Choose", type="primary", key="mediq_choose"):
         try:
             wt.choose(walk, option)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(str(exc))
         else:
             st.rerun()

@@ -3,22 +3,24 @@
 import pandas as pd
 import streamlit as st
 
-from medeval_core.backends.vlm import VlmBackendError
-from medeval_core.benchmarks.ddi.images import UPLOAD_TYPES, ImageRejected, validate_image
 from medeval_core.benchmarks.ddi.interactive import (
+    EVALUATION_ERRORS,
     EXACT_LABEL_RULE,
     STAGE_TEXT,
+    UPLOAD_TYPES,
+    ImageRejected,
     Stage,
+    candidate_labels,
+    canonical_label,
+    current_settings,
+    current_store,
     evaluate_upload,
     model_setup,
     new_session_id,
     session_evaluations,
+    validate_image,
 )
-from medeval_core.benchmarks.ddi.tasks import canonical_label
-from medeval_core.context import current_settings, current_store
 from medeval_core.plaintext import literal
-from medeval_core.prompts import PromptError, load_labels
-from medeval_core.settings import SettingsError
 
 MODES = {"open": "Open-ended diagnosis (DDI prompts)", "classification": "Classification (23 candidate labels)"}
 
@@ -49,7 +51,7 @@ if upload is not None:
         st.image(image.image, caption=literal(f"{image.name}: {image.width}x{image.height} {image.format}"),
                  width=360)
 
-labels = load_labels(prompts_dir=settings.prompts_dir)
+labels = candidate_labels(settings)
 
 
 def keep_reference() -> None:
@@ -104,7 +106,7 @@ if st.button("Run", type="primary", key="lesion_run"):
     try:
         evaluation = evaluate_upload(settings, store, session_id, mode, image, reference=reference,
                                      pasted_response=pasted, greedy=greedy, on_progress=show_progress)
-    except (ValueError, VlmBackendError, SettingsError, PromptError) as exc:
+    except EVALUATION_ERRORS as exc:
         progress.update(label="Stopped", state="error")
         st.error(literal(exc))
     else:

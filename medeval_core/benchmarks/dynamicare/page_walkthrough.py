@@ -4,10 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.dynamicare import walkthrough as wt
-from medeval_core.context import current_settings, current_store
-from medeval_core.icd9 import display_code
-from medeval_core.interaction import EpisodeError
-from medeval_core.session_controls import session_controls
+from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
 
 st.title("Open diagnosis walkthrough")
 st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
@@ -16,16 +13,10 @@ st.caption("DynamiCare style: you see the chief complaint, question the patient 
            "measurement agent), then rank up to 10 diagnoses. Each maps to an ICD-9 code you can correct; Hit@K and "
            "Rec@K match on the ICD-9 category.")
 
-settings = current_settings()
-store = current_store()
+settings = wt.current_settings()
+store = wt.current_store()
 
-walk = None
-walk_id = st.query_params.get("walkthrough")
-if walk_id:
-    try:
-        walk = wt.load(store, settings, walk_id)
-    except wt.WalkthroughError as exc:
-        st.warning(str(exc))
+walk = walkthrough_in_link(lambda run_id: wt.load(store, settings, run_id))
 
 if walk is None:
     st.subheader("Pick a patient")
@@ -36,14 +27,7 @@ if walk is None:
         st.stop()
     line = st.selectbox("Patient (chief complaint)", list(listed), key="od_case",
                         format_func=lambda number: f"{number}: {listed[number]}")
-    if st.button("Start walkthrough", type="primary", key="od_start"):
-        try:
-            new_id = wt.start(store, settings, line)
-        except wt.WalkthroughError as exc:
-            st.error(str(exc))
-        else:
-            st.query_params["walkthrough"] = new_id
-            st.rerun()
+    start_button("od_start", lambda: wt.start(store, settings, line))
     st.stop()
 
 record = walk.record
@@ -74,7 +58,7 @@ if not walk.finished:
     if asked:
         try:
             wt.ask(walk, question)
-        except (wt.WalkthroughError, EpisodeError) as exc:
+        except (wt.WalkthroughError, wt.EpisodeError) as exc:
             st.error(str(exc))
         else:
             st.rerun()
@@ -88,7 +72,7 @@ if not walk.finished:
                    "another one.")
         corrections: dict[str, str] = {}
         for row in wt.preview(ranked):
-            shown = display_code(row.code) if row.code else ""
+            shown = wt.display_code(row.code) if row.code else ""
             left, right = st.columns([2, 3])
             typed = left.text_input(f"{row.rank}. ICD-9 code", value=shown, key=f"od_code_{row.rank}_{row.text}")
             right.text(f"{row.text}\n-> {row.description or 'no code found'} (how mapped: {row.method}, "
@@ -98,7 +82,7 @@ if not walk.finished:
         if st.button("Submit diagnoses", type="primary", key="od_submit"):
             try:
                 wt.submit(walk, ranked, corrections)
-            except (wt.WalkthroughError, EpisodeError) as exc:
+            except (wt.WalkthroughError, wt.EpisodeError) as exc:
                 st.error(str(exc))
             else:
                 st.rerun()
@@ -111,12 +95,12 @@ else:
     columns[4].metric("Questions", output.num_questions)
     st.markdown("**Ground truth**")
     for code in record.icd9:
-        st.text(f"{display_code(code.code)} {code.name}".strip())
+        st.text(f"{wt.display_code(code.code)} {code.name}".strip())
     if record.diagnosis:
         st.text(f"Recorded diagnosis: {record.diagnosis}")
     st.markdown("**Your diagnoses and their codes**")
     st.dataframe(pd.DataFrame([{"rank": row.rank, "diagnosis": row.text,
-                                "code": display_code(row.code) if row.code else "",
+                                "code": wt.display_code(row.code) if row.code else "",
                                 "category": row.category or "", "how mapped": row.method,
                                 "score": round(row.confidence, 2),
                                 "matched": bool(row.category and row.category in output.truth_categories)}
