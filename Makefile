@@ -54,8 +54,8 @@ $(UV_STAMP): $(BIN)/python
 $(STAMP): $(UV_STAMP) requirements.txt requirements-dev.txt
 	@$(BIN)/python -c "$$UV_WITH_PIP_CONFIG" $(BIN)/uv pip install --compile-bytecode --python $(BIN)/python \
 		-r requirements-dev.txt
-	# The ICD-9 mapper's vocabulary, built once here so the first mapping reads a file (medeval_core/icd9_vocabulary.py)
-	$(BIN)/python -m medeval_core.icd9_vocabulary
+	# The ICD-9 mapper's vocabulary, built once here so the first mapping reads a file (medeval_core/vocabularies/icd9_vocabulary.py)
+	$(BIN)/python -m medeval_core.vocabularies.icd9_vocabulary
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -34,13 +34,13 @@ from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Q
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from medeval_core.backends.qwen_transformers import (  # noqa: E402
+from medeval_core.models.qwen_transformers import (  # noqa: E402
     ImageOnlyQwenProcessor,
     LoadReport,
     QwenWorker,
     choose_attention,
 )
-from medeval_core.backends.vlm import VlmPrompt  # noqa: E402
+from medeval_core.models.vlm import VlmPrompt  # noqa: E402
 from medeval_core.prompts import load_prompt  # noqa: E402
 from medeval_core.settings import load_settings  # noqa: E402
 from tests.tiny_qwen import CHAT_TEMPLATE, build_tokenizer  # noqa: E402

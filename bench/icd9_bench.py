@@ -8,7 +8,7 @@ Baseline: the mapper of 33dc2a2 (``git show``; it embedded all 17,553 ICD-9 titl
 vectors), first mapping cold, in the same run (``--baseline-tries``, 0 to skip; each takes a minute or more).
 ``--baseline-commit`` names another (its icd9.py and icd9_vocabulary.py, e.g. the mapper before a vocabulary change,
 whose own installed vocabulary file must then be present too).
-The vocabulary file ``make install`` writes (``python -m medeval_core.icd9_vocabulary``) must be present.
+The vocabulary file ``make install`` writes (``python -m medeval_core.vocabularies.icd9_vocabulary``) must be present.
 
 Run: python bench/icd9_bench.py [--tries 3] [--baseline-tries 1] [--baseline-commit 33dc2a2]
 """
@@ -39,7 +39,7 @@ print(json.dumps({"seconds": time.perf_counter() - started, "method": mapping.me
 """
 
 
-def first_mapping(name: str, cache: Path, module: str = "medeval_core.icd9", path: Path = ROOT) -> dict:
+def first_mapping(name: str, cache: Path, module: str = "medeval_core.vocabularies.icd9", path: Path = ROOT) -> dict:
     env = {**os.environ, "MEDEVAL_CACHE_DIR": str(cache), "PYTHONPATH": str(path)}
     # cwd is the tree itself: ``-c`` puts the working directory first on sys.path.
     done = subprocess.run([sys.executable, "-c", PROBE, module, name], cwd=path, env=env, capture_output=True,

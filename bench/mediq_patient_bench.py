@@ -58,7 +58,7 @@ def questions_for(case: MediqCase, number: int, case_number: int) -> list[str]:
 
 
 def patient_pass(cases: list[MediqCase], questions: list[list[str]], replay: bool) -> int:
-    from medeval_core.embeddings import forget_remembered
+    from medeval_core.models.embeddings import forget_remembered
 
     forget_remembered()
     replies = 0
@@ -76,7 +76,7 @@ def encoder_pass(cases: list[MediqCase], questions: list[list[str]], replay: boo
     """The same texts through ``SentenceTransformer.encode`` directly, in the calls the patient makes."""
     import torch
 
-    from medeval_core.embeddings import _encoder
+    from medeval_core.models.embeddings import _encoder
 
     encoder = _encoder()
     torch.set_num_threads(1)

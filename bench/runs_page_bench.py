@@ -110,9 +110,9 @@ def _turns(run_id: str, n: int, start: datetime) -> Iterator[tuple[str, str, int
 def seed(db_path: Path) -> dict[str, tuple[str, int]]:
     """The 25 runs; returns each run's label and expected cases by id, newest (the large run, selected when the page
     opens) first."""
-    from medeval_core import service
     from medeval_core.benchmark import Metric, RunCounts, RunSummary
     from medeval_core.records import RunConfig, RunStatus
+    from medeval_core.runs import service
     from medeval_core.store import Store
 
     store = Store(f"sqlite:///{db_path}")

@@ -45,7 +45,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from medeval_core.benchmark import CaseContext  # noqa: E402
-from medeval_core.compare import clear_summary_cache, run_summaries, summarize_metrics  # noqa: E402
 from medeval_core.records import (  # noqa: E402
     Case,
     CaseOutcome,
@@ -55,7 +54,8 @@ from medeval_core.records import (  # noqa: E402
     RunConfig,
     utc_now,
 )
-from medeval_core.runner import BatchRunner  # noqa: E402
+from medeval_core.results.compare import clear_summary_cache, run_summaries, summarize_metrics  # noqa: E402
+from medeval_core.runs.runner import BatchRunner  # noqa: E402
 from medeval_core.settings import load_settings  # noqa: E402
 from medeval_core.store import Store  # noqa: E402
 

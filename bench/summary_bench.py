@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from timing import interleaved, print_comparison  # noqa: E402
 
-from medeval_core.compare import clear_summary_cache, run_summaries, summarize_metrics  # noqa: E402
 from medeval_core.records import CaseRecords, CaseResult, CaseStatus, RunConfig  # noqa: E402
+from medeval_core.results.compare import clear_summary_cache, run_summaries, summarize_metrics  # noqa: E402
 from medeval_core.store import Store  # noqa: E402
 
 TARGET_S = 0.5

@@ -258,7 +258,7 @@ def score_metrics(results: Sequence[CaseResult]) -> list[Metric]:
     """Each score of the finished results as a headline metric: a proportion with its Wilson interval, any other
     number as its mean with a percentile bootstrap interval (``compare.summarize_metrics``; a case's repetitions
     are averaged first)."""
-    from medeval_core.compare import summarize_metrics  # numpy and scipy: not at the CLI's start
+    from medeval_core.results.compare import summarize_metrics  # numpy and scipy: not at the CLI's start
 
     return [Metric(name=summary.metric, value=summary.value, interval=(summary.ci_low, summary.ci_high),
                    n=summary.n, denominator="finished cases", method=summary.interval,

@@ -23,7 +23,7 @@ from pydantic import BaseModel, RootModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from medeval_core.files import json_value
+from medeval_core.data.files import json_value
 
 FieldKind = Literal["integer", "number", "boolean", "choice", "text", "json"]
 InputSource = Literal["file", "folder"]

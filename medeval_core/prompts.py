@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from medeval_core.files import read_json
+from medeval_core.data.files import read_json
 from medeval_core.settings import DEFAULT_PROMPTS_DIR
 
 

@@ -232,7 +232,7 @@ class Annotation(BaseModel):
 
 
 class MetricSummary(BaseModel):
-    """One metric of a run over its finished cases, with its interval (``medeval_core.compare``)."""
+    """One metric of a run over its finished cases, with its interval (``medeval_core.results.compare``)."""
 
     metric: str
     kind: str  # "proportion" or "mean"

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from medeval_core.files import read_json_lines
+from medeval_core.data.files import read_json_lines
 
 L = TypeVar("L", bound=BaseModel)
 

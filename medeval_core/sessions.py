@@ -31,7 +31,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.redaction import redact
-from medeval_core.service import new_run_config
+from medeval_core.runs.service import new_run_config
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
 

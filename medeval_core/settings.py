@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 import medeval_core
-from medeval_core.files import read_json
+from medeval_core.data.files import read_json
 from medeval_core.redaction import register_secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

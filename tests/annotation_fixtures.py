@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core import service
 from medeval_core.benchmarks.ddxplus.benchmark import build_params
 from medeval_core.cli import main
 from medeval_core.context import current_settings, current_store
+from medeval_core.runs import service
 from tests.ddi_fixtures import make_ddi_folder, responder_by_colour
 from tests.ddxplus_fixtures import sample_csv
 from tests.fake_openai import FakeOpenAI

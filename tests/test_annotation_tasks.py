@@ -115,8 +115,8 @@ def test_patient_answer_items_come_from_the_stored_turns(seeded: SeededRuns) -> 
 
 
 def test_pairwise_over_two_agents_dialogues_hides_both_agents(seeded: SeededRuns) -> None:
-    from medeval_core import service
     from medeval_core.benchmarks.ddxplus.benchmark import build_params
+    from medeval_core.runs import service
 
     settings, store = current_settings(), current_store()
     assert seeded.ddxplus_patients is not None

@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from medeval_core import launch, registry, service
+from medeval_core import registry
 from medeval_core.benchmark import BenchmarkError
 from medeval_core.catalog import pages
 from medeval_core.cli import build_parser, main
 from medeval_core.data import data_status
 from medeval_core.records import RunKind, RunStatus
-from medeval_core.runner import BatchRunner
+from medeval_core.runs import launch, service
+from medeval_core.runs.runner import BatchRunner
 from medeval_core.settings import load_settings
 from medeval_core.status import backends_status, data_status_rows
 from medeval_core.store import Store
@@ -372,7 +373,7 @@ def test_two_scorers_naming_one_metric_are_refused_instead_of_overwriting(
 def test_a_summary_names_the_runs_agent_models_and_judge_and_the_run_list_reads_them(
         toy: None, isolated_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from medeval_core.benchmark import RunActors
-    from medeval_core.results import run_listings
+    from medeval_core.results.summaries import run_listings
     from tests.support.counting_benchmark import CountingBenchmark
 
     monkeypatch.setattr(CountingBenchmark, "actors", lambda self, params: RunActors(

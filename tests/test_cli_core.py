@@ -64,7 +64,7 @@ def test_runs_list_show_and_export(isolated_store: str, tmp_path: Path, capsys) 
 
 def test_throttled_progress_prints_first_and_last_events_once(capsys) -> None:
     from medeval_core.cli import ThrottledProgress
-    from medeval_core.runner import Progress
+    from medeval_core.runs.runner import Progress
 
     def event(done: int) -> Progress:
         return Progress(run_id="r", total=100, done=done, failed=0, pending=100 - done, elapsed_s=1.0,
@@ -81,7 +81,7 @@ def test_help_builds_the_parser_from_light_modules_only() -> None:
     """``--help`` (and so every command's parser) imports neither the store (SQLAlchemy, SQLModel), the runner,
     the HTTP client nor numpy/pandas: they cost hundreds of milliseconds at every start."""
     heavy = ("sqlalchemy", "sqlmodel", "httpx", "tenacity", "numpy", "pandas", "medeval_core.store",
-             "medeval_core.service", "medeval_core.runner", "medeval_core.context")
+             "medeval_core.runs.service", "medeval_core.runs.runner", "medeval_core.context")
     code = ("import sys\nfrom medeval_core.cli import build_parser\nparser = build_parser()\n"
             "for argv in (['--help'], ['run', '--help'], ['data', 'fetch', '--help'], ['runs', 'show', '--help']):\n"
             "    try:\n        parser.parse_args(argv)\n    except SystemExit:\n        pass\n"

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from medeval_core import compare
-from medeval_core.compare import compare_runs, run_summaries, summarize_metrics
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval, wilson_intervals
 from medeval_core.records import CaseRecords, CaseResult, CaseStatus, RunConfig
+from medeval_core.results import compare
+from medeval_core.results.compare import compare_runs, run_summaries, summarize_metrics
 from medeval_core.store import Store
 
 

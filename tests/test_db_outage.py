@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from medeval_core import service, workers
 from medeval_core.records import CaseStatus
+from medeval_core.runs import service, workers
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 from tests import pg_cluster

@@ -12,11 +12,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from medeval_core import context, service
+from medeval_core import context
 from medeval_core.benchmarks.ddi.benchmark import ChunkBatcher, DdiOutput, Generated
 from medeval_core.benchmarks.ddi.cases import DdiCase
 from medeval_core.cli import main
 from medeval_core.records import CaseStatus, RunKind
+from medeval_core.runs import service
 from tests.ddi_fixtures import FixtureCase, make_ddi_folder, responder_by_colour
 from tests.fake_openai import FakeOpenAI, RecordedRequest, verdict_reply
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core import registry, service
-from medeval_core.backends.chat import ChatBackendError, OpenAIChatBackend
+from medeval_core import registry
 from medeval_core.benchmarks.ddxplus.benchmark import build_params
 from medeval_core.benchmarks.ddxplus.interaction import Consultation, OfflineContext, consult
 from medeval_core.benchmarks.ddxplus.kb import load_kb
@@ -19,7 +18,9 @@ from medeval_core.benchmarks.ddxplus.llm_agent import LLMAgent, LLMOutputError
 from medeval_core.benchmarks.ddxplus.patients import load_patients
 from medeval_core.context import current_settings, current_store, reset
 from medeval_core.models import for_role
+from medeval_core.models.chat import ChatBackendError, OpenAIChatBackend
 from medeval_core.records import CaseStatus
+from medeval_core.runs import service
 from medeval_core.settings import load_settings
 from tests.ddxplus_fixtures import ddxplus_dir, sample_csv
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import context, service
+from medeval_core import context
 from medeval_core.benchmarks.ddxplus import walkthrough as wt
 from medeval_core.catalog import pages
 from medeval_core.plaintext import literal
 from medeval_core.records import RunKind, RunStatus
+from medeval_core.runs import service
 
 PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "ddxplus" / "page_walkthrough.py")
 

@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medeval_core import registry, service
+from medeval_core import registry
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.benchmarks.ddxplus import benchmark as ddx_benchmark
 from medeval_core.benchmarks.ddxplus.benchmark import build_params
 from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS
 from medeval_core.context import current_settings, current_store
 from medeval_core.records import CaseStatus, RunConfig
+from medeval_core.runs import service
 from tests.ddxplus_fixtures import sample_csv, write_patients
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -351,7 +352,7 @@ def test_repetitions_complete_with_a_summary_from_the_cli_and_the_launcher(isola
                                                                           data_dir: Path) -> None:
     """Three repetitions of each patient: the run completes (each repetition scored on its own), its summary pools
     them and gives each repetition's metrics and their spread, from the command line and from New run alike."""
-    from medeval_core import launch
+    from medeval_core.runs import launch
     from medeval_core.settings import load_settings
     from medeval_core.store import Store
     from tests.test_launcher import wait_finished
@@ -379,8 +380,8 @@ def test_repetitions_complete_with_a_summary_from_the_cli_and_the_launcher(isola
         assert spread["GTPA@1"].repetitions == 3 and spread["GTPA@1"].mean == pytest.approx(gtpa1.value)
         assert gtpa1.interval is not None and gtpa1.role == "accuracy" and summary.metric("IL").role == "turns"
         assert summary.case_metrics and all(m.n == 4 for m in summary.case_metrics)
-    from medeval_core.reports import run_report_html
-    from medeval_core.results import run_listings
+    from medeval_core.results.reports import run_report_html
+    from medeval_core.results.summaries import run_listings
 
     report = run_report_html(store, "ddx-reps")
     assert "Across 3 repetitions" in report and gtpa1.formatted_interval() in report  # the interval column is filled

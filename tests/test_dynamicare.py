@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import context, service
-from medeval_core.backends.chat import OpenAIChatBackend
+from medeval_core import context
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.dynamicare.benchmark import build_params
 from medeval_core.benchmarks.dynamicare.cases import (
@@ -33,8 +32,10 @@ from medeval_core.benchmarks.dynamicare.doctors import (
 from medeval_core.benchmarks.dynamicare.interaction import Ask, Consultation, consult
 from medeval_core.benchmarks.dynamicare.patients import UNKNOWN, LLMRecordPatient, RecordRetrievalPatient
 from medeval_core.context import current_settings, current_store
-from medeval_core.icd9 import Icd9Mapper, display_code
 from medeval_core.interaction import EpisodeError
+from medeval_core.models.chat import OpenAIChatBackend
+from medeval_core.runs import service
+from medeval_core.vocabularies.icd9 import Icd9Mapper, display_code
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from medeval_core.embeddings import EmbeddingIndex, encode
+from medeval_core.models.embeddings import EmbeddingIndex, encode
 
 
 def test_vectors_are_unit_length_and_related_texts_score_higher():
@@ -23,7 +23,7 @@ def test_search_orders_by_similarity_and_applies_the_threshold():
 
 
 def test_remembered_vectors_match_the_encoder_and_skip_it_for_seen_texts(monkeypatch):
-    from medeval_core import embeddings
+    from medeval_core.models import embeddings
 
     embeddings.forget_remembered()
     calls: list[list[str]] = []
@@ -46,7 +46,7 @@ def test_remembered_vectors_match_the_encoder_and_skip_it_for_seen_texts(monkeyp
 def test_large_batches_use_the_configured_threads_and_small_ones_one(monkeypatch):
     import torch
 
-    from medeval_core import embeddings
+    from medeval_core.models import embeddings
 
     monkeypatch.setenv(embeddings.THREADS_ENV, "2")
     assert embeddings.encoder_threads() == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medeval_core.files import replaced_in_one_step
+from medeval_core.data.files import replaced_in_one_step
 
 
 def test_a_file_is_replaced_whole_or_not_at_all(tmp_path):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core import icd9
-from medeval_core.backends.chat import OpenAIChatBackend, ReplyFormatError
 from medeval_core.benchmarks.dynamicare.hitk import case_metrics, hit_rec_at, matched
 from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_methods, mapped_truth_note, score_files
-from medeval_core.icd9_vocabulary import (
+from medeval_core.models.chat import OpenAIChatBackend, ReplyFormatError
+from medeval_core.vocabularies import icd9
+from medeval_core.vocabularies.icd9_vocabulary import (
     gem_icd10_to_icd9,
     name_words,
     pointed_names,

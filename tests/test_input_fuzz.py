@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from medeval_core import context, service
+from medeval_core import context
 from medeval_core.cli import main
+from medeval_core.runs import service
 from tests.ddxplus_fixtures import ddxplus_dir, sample_csv
 from tests.sdbench_fixtures import case_row, replay_line
 

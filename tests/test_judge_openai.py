@@ -217,8 +217,9 @@ def test_a_mixed_batch_score_run_ends_with_every_case_judged_or_failed(
     server_factory: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The guarantees of a judged batch, through the path runs use: a responses run, then a ddi-judge score run."""
-    from medeval_core import context, service
+    from medeval_core import context
     from medeval_core.benchmarks.ddi.params import DdiParams, ResponsesParams
+    from medeval_core.runs import service
 
     script: dict[str, list[Reply]] = {}
     for i in range(40):

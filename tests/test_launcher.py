@@ -9,11 +9,11 @@ import pytest
 from playwright.sync_api import expect
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import launch
 from medeval_core.benchmarks.ddi.params import DdiParams
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
-from medeval_core.endpoints import check_backend, check_roles
 from medeval_core.forms import FormError, field_specs, form_variants, validate_form
+from medeval_core.models.endpoints import check_backend, check_roles
+from medeval_core.runs import launch
 from medeval_core.settings import BackendChoice, load_settings
 from medeval_core.store import Store
 from tests.conftest import free_port
@@ -128,7 +128,7 @@ def test_a_failing_endpoint_stops_the_launch_and_stores_nothing(isolated_store: 
 
 
 def wait_finished(store: Store, run_id: str, timeout_s: float = 120) -> str:
-    from medeval_core import workers
+    from medeval_core.runs import workers
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

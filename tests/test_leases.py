@@ -18,7 +18,6 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from medeval_core import service, workers
 from medeval_core.benchmark import CaseContext
 from medeval_core.records import (
     Case,
@@ -30,7 +29,8 @@ from medeval_core.records import (
     RunStatus,
     utc_now,
 )
-from medeval_core.runner import BatchRunner
+from medeval_core.runs import service, workers
+from medeval_core.runs.runner import BatchRunner
 from medeval_core.settings import load_settings
 from medeval_core.store import QueueKeys, RunWorkerRow, Store, open_store
 from medeval_core.store import leases as store_module

@@ -9,10 +9,10 @@ import pytest
 from PIL import Image
 
 from medeval_core import context
-from medeval_core.backends.openai_vision import OpenAIVisionBackend
 from medeval_core.benchmarks.ddi.images import validate_image
 from medeval_core.benchmarks.ddi.interactive import CANCELLED, evaluate_lesion, new_session_id
 from medeval_core.benchmarks.ddi.judge import OfflineDdiJudge
+from medeval_core.models.openai_vision import OpenAIVisionBackend
 from tests.fake_openai import FakeOpenAI, Reply
 
 

@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medeval_core import service
-from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.mediq.benchmark import MediqSolver, build_params
 from medeval_core.benchmarks.mediq.cases import MediqFileError, load_cases
@@ -21,6 +19,8 @@ from medeval_core.benchmarks.mediq.interaction import consult
 from medeval_core.benchmarks.mediq.patients import REFUSAL, FactSelectPatient, LLMPatient, states_answer
 from medeval_core.benchmarks.mediq.scoring import score_result_file
 from medeval_core.context import current_settings, current_store
+from medeval_core.models.chat import OpenAIChatBackend
+from medeval_core.runs import service
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

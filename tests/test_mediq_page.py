@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import context, service
+from medeval_core import context
 from medeval_core.benchmarks.mediq.patients import REFUSAL
 from medeval_core.catalog import pages
 from medeval_core.records import RunKind, RunStatus
+from medeval_core.runs import service
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
 PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "mediq" / "page_walkthrough.py")

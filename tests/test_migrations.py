@@ -177,11 +177,11 @@ def test_a_database_at_0002_is_upgraded_to_case_leases_keeping_its_rows(db_url: 
     assert table_rows(db_url, "case_results") == before
     assert schema_differences(db_url) == []
     # A run the old version left "running" shows as interrupted (no worker alive), and a worker takes it up.
-    from medeval_core.service import run_overview
+    from medeval_core.runs.service import run_overview
 
     assert run_overview(store, "old").state == "interrupted"
     from medeval_core.records import CaseOutcome
-    from medeval_core.runner import BatchRunner
+    from medeval_core.runs.runner import BatchRunner
     from medeval_core.settings import load_settings
     from tests.support.counting_benchmark import make_cases
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from medeval_core import context, registry
-from medeval_core.backends.chat import ChatBackendError
-from medeval_core.backends.vlm import VlmNotConfiguredError
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.cli import main
 from medeval_core.models import choice_for_role, for_role
+from medeval_core.models.chat import ChatBackendError
+from medeval_core.models.vlm import VlmNotConfiguredError
 from medeval_core.settings import DEFAULT_CONFIG_DIR, Settings, load_settings, role_env_key
 from medeval_core.store.model_backends import ModelBackend, register_backend
 from tests.fake_openai import FakeOpenAI, Reply

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from medeval_core import service
 from medeval_core.annotation.accounts import add_annotator, get_annotator
 from medeval_core.annotation.tasks import Assignment, create_patient_answer_task, task_items
 from medeval_core.context import current_settings, current_store
 from medeval_core.interaction import PatientTurn
 from medeval_core.records import CaseResult, CaseStatus, RunConfig, Turn
+from medeval_core.runs import service
 from medeval_core.store import Store
 from tests.test_dynamicare import RECORD
 from tests.test_mediq import write_actions

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from medeval_core import context
-from medeval_core.backends.openai_client import CompletionClient
 from medeval_core.cli import main
+from medeval_core.models.openai_client import CompletionClient
 from medeval_core.redaction import REDACTED, redact, register_secret
 from tests.fake_openai import FakeOpenAI, Reply
 

@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import create_engine, text
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import context, exports, plots, results
+from medeval_core import context
 from medeval_core.benchmark import Metric, MetricGroup, RunCounts, RunSummary
 from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunKind
-from medeval_core.reports import SECTIONS, run_report_html
+from medeval_core.results import exports, plots
+from medeval_core.results import summaries as results
+from medeval_core.results.reports import SECTIONS, run_report_html
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 from medeval_core.store import model_backends as registry
@@ -217,7 +219,7 @@ def test_models_page_registers_tests_and_picks_defaults(isolated_store: str) -> 
 @pytest.mark.browser
 def test_html_report_renders_offline_in_chromium(isolated_store: str, page, artifacts_dir: Path,
                                                  tmp_path: Path) -> None:
-    from medeval_core.reports import write_run_report
+    from medeval_core.results.reports import write_run_report
 
     store = Store(isolated_store)
     seeded_run(store)

@@ -11,7 +11,7 @@ import pytest
 
 from medeval_core.benchmark import CaseContext
 from medeval_core.records import Case, CaseOutcome, CaseStatus, RunConfig, RunStatus
-from medeval_core.runner import BatchRunner, CaseFunction, Progress, RunReport
+from medeval_core.runs.runner import BatchRunner, CaseFunction, Progress, RunReport
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 from tests.support.counting_benchmark import make_cases

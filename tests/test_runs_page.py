@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import service
-from medeval_core.compare import compare_runs, summarize_metrics
 from medeval_core.records import CaseResult, CaseStatus, RunConfig, RunStatus
+from medeval_core.results.compare import compare_runs, summarize_metrics
+from medeval_core.runs import service
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 
@@ -260,7 +260,7 @@ def test_runs_page_renders_a_10000_result_run_without_loading_all_results(isolat
 
 def test_cached_comparison_matches_compare_runs_until_a_result_is_added(isolated_store: str,
                                                                         counting_registered: None) -> None:
-    from medeval_core.compare import run_comparison
+    from medeval_core.results.compare import run_comparison
 
     store = Store(isolated_store)
     seed_two_runs(store)
@@ -312,7 +312,7 @@ def test_groups_are_tables_and_a_run_with_no_finished_case_shows_no_metric(isola
 
 
 def test_a_live_run_shows_its_eta_and_finishes_on_the_page(isolated_store: str, counting_registered: None) -> None:
-    from medeval_core import workers
+    from medeval_core.runs import workers
 
     settings = load_settings()
     run_id = workers.create_run(settings, "counting", {"n_cases": 24, "sleep_s": 0.25}, label="slow counting")
@@ -386,7 +386,7 @@ def test_a_run_whose_worker_was_killed_shows_interrupted_and_resumes_from_the_pa
     import os
     import signal
 
-    from medeval_core import workers
+    from medeval_core.runs import workers
 
     settings = load_settings()
     run_id = workers.create_run(settings, "counting", {"n_cases": 30, "sleep_s": 0.2}, label="to be killed")
@@ -414,8 +414,8 @@ def test_a_worker_error_reaches_the_page_and_the_run_ends_failed(isolated_store:
                                                                  counting_registered: None) -> None:
     """A detached worker whose run's summary raises: the run ends *failed* with the error (no resume loop), and
     the page shows the error and the tail of the worker's log with the traceback."""
-    from medeval_core import workers
     from medeval_core.context import current_settings
+    from medeval_core.runs import workers
     from tests.support.counting_benchmark import CountingParams
 
     settings = current_settings()
@@ -440,8 +440,8 @@ def seed_roles_and_a_failed_run(db_url: str) -> str:
     """Two SDBench runs whose stored summaries name their metrics as SDBench does (roles declared), and a newer
     run whose worker failed, with its log beside the store. Returns the failed run's id."""
     from medeval_core.benchmark import Metric, RunCounts, RunSummary
+    from medeval_core.runs.workers import worker_log_path
     from medeval_core.settings import load_settings
-    from medeval_core.workers import worker_log_path
 
     store = Store(db_url)
     for run_id, accuracy, cost in (("sd-cheap", 0.5, 900.0), ("sd-thorough", 0.8, 2400.0)):

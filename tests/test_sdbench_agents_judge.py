@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmarks.sdbench.agents import (
     ActionsFileError,
     AgentOutputError,
@@ -20,6 +19,7 @@ from medeval_core.benchmarks.sdbench.agents import (
 )
 from medeval_core.benchmarks.sdbench.gatekeeper import Diagnosis, Questions, Tests
 from medeval_core.benchmarks.sdbench.judge import JudgeFailure, LLMJudge, OfflineJudge, parse_grade
+from medeval_core.models.chat import OpenAIChatBackend
 from tests.fake_openai import FakeOpenAI, Reply, Script
 from tests.sdbench_fixtures import write_jsonl
 

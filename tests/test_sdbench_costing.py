@@ -7,7 +7,6 @@ import csv
 
 import pytest
 
-from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmarks.sdbench.catalog import is_vague, load_catalog, name_key
 from medeval_core.benchmarks.sdbench.costing import (
     VISIT_PRICE,
@@ -19,6 +18,7 @@ from medeval_core.benchmarks.sdbench.costing import (
     visit_count,
 )
 from medeval_core.context import current_store
+from medeval_core.models.chat import OpenAIChatBackend
 from medeval_core.prompts import load_prompt
 from tests.fake_openai import FakeOpenAI, Reply
 

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from medeval_core.backends.chat import OpenAIChatBackend
 from medeval_core.benchmark import ModelRoles, RecordingContext
 from medeval_core.benchmarks.sdbench.benchmark import open_episode, output_of
 from medeval_core.benchmarks.sdbench.cases import SDBenchCase, load_cases
@@ -24,6 +23,7 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
 )
 from medeval_core.context import current_settings
 from medeval_core.interaction import EpisodeError, Limits
+from medeval_core.models.chat import OpenAIChatBackend
 from medeval_core.prompts import load_prompt
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 from tests.sdbench_fixtures import case_row, write_jsonl

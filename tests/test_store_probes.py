@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medeval_core import service, workers
 from medeval_core.records import CaseStatus, RunConfig
+from medeval_core.runs import service, workers
 from medeval_core.settings import load_settings
 from medeval_core.store import Store, open_store
 from tests.conftest import REPO_ROOT

@@ -47,7 +47,7 @@ def _digest(value) -> str:
 
 def test_agentclinic_cases_carry_the_fields_agentclinics_own_loader_gives_its_agents(tmp_path, data_dir):
     from medeval_core.benchmarks.dynamicare.cases import import_agentclinic, load_records
-    from medeval_core.icd9 import Icd9Mapper
+    from medeval_core.vocabularies.icd9 import Icd9Mapper
 
     upstream = json.loads((UPSTREAM / "agentclinic" / "medqa_field_digests.json").read_text(encoding="utf-8"))
     assert upstream["loader"] == "ScenarioLoaderMedQA" and len(upstream["scenarios"]) == 107

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medeval_core.backends.openai_vision import OpenAIVisionBackend, request_parameters
-from medeval_core.backends.vlm import (
+from medeval_core.models import for_role
+from medeval_core.models.openai_vision import OpenAIVisionBackend, request_parameters
+from medeval_core.models.vlm import (
     VlmBackendError,
     VlmNotConfiguredError,
     VlmPrompt,
     greedy_settings,
 )
-from medeval_core.models import for_role
 from medeval_core.settings import GenerationSettings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply, Script
 

@@ -12,19 +12,18 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from medeval_core.backends import qwen_transformers
-from medeval_core.backends.qwen_transformers import (
+from medeval_core.models import for_role, qwen_transformers
+from medeval_core.models.qwen_transformers import (
     QwenTransformersBackend,
     cached_worker,
     choose_attention,
     generation_config,
 )
-from medeval_core.backends.vlm import (
+from medeval_core.models.vlm import (
     VlmNotConfiguredError,
     VlmPrompt,
     greedy_settings,
 )
-from medeval_core.models import for_role
 from medeval_core.settings import GenerationSettings, load_settings
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
@@ -209,7 +208,7 @@ def test_factory(tiny_qwen: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # n
 
 
 def test_missing_checkpoint_gives_a_clear_error(tmp_path: Path, generation: GenerationSettings) -> None:
-    from medeval_core.backends.vlm import VlmBackendError
+    from medeval_core.models.vlm import VlmBackendError
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(VlmBackendError, match=r"config\.json"):
@@ -221,7 +220,7 @@ def test_listed_gpus_become_one_worker_each(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert qwen_transformers.resolve_devices("0,1") == ["cuda:0", "cuda:1"]
     assert qwen_transformers.resolve_devices(None) == ["cuda:0"]
-    from medeval_core.backends.vlm import VlmBackendError
+    from medeval_core.models.vlm import VlmBackendError
 
     with pytest.raises(VlmBackendError, match="GPU ids 2 are not available"):
         qwen_transformers.resolve_devices("0,2")

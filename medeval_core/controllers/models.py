@@ -8,9 +8,9 @@ from pydantic import BaseModel, ValidationError
 from medeval_core import registry
 from medeval_core.context import current_settings
 from medeval_core.controllers import Outcome
-from medeval_core.endpoints import EndpointCheck, check_backend
 from medeval_core.errors import StoreError
 from medeval_core.forms import describe_validation_error
+from medeval_core.models.endpoints import EndpointCheck, check_backend
 from medeval_core.settings import overriding_variables
 from medeval_core.status import backend_status
 from medeval_core.store import model_backends, open_store

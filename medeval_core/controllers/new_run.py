@@ -9,13 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from medeval_core import launch
 from medeval_core.benchmark import BenchmarkError, ScoreParams
 from medeval_core.catalog import RUNS
 from medeval_core.context import current_settings
 from medeval_core.controllers import Outcome
 from medeval_core.forms import FieldSpec
-from medeval_core.launch import LaunchPlan, RoleChoices, ScoreSource
+from medeval_core.runs import launch
+from medeval_core.runs.launch import LaunchPlan, RoleChoices, ScoreSource
 from medeval_core.settings import BackendChoice, SettingsError
 from medeval_core.store import open_store
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from medeval_core import exports, results, service, workers
 from medeval_core.benchmark import BenchmarkError, RunSummary
 from medeval_core.catalog import NEW_RUN
-from medeval_core.compare import RunComparison, run_comparison
 from medeval_core.context import current_settings
 from medeval_core.controllers import Outcome
 from medeval_core.errors import StoreError
-from medeval_core.plots import (
+from medeval_core.records import MetricSummary, RunKind
+from medeval_core.results import exports
+from medeval_core.results import summaries as results
+from medeval_core.results.compare import RunComparison, run_comparison
+from medeval_core.results.plots import (
     CostPoint,
     accuracy_vs_cost,
     cost_points,
@@ -23,10 +25,17 @@ from medeval_core.plots import (
     metric_intervals,
     paired_differences_plot,
 )
-from medeval_core.records import MetricSummary, RunKind
-from medeval_core.reports import run_report_html
-from medeval_core.results import CaseDetail, CasePage, PairedDifferences, RunListing, SessionListing, run_label
-from medeval_core.service import RunSnapshot
+from medeval_core.results.reports import run_report_html
+from medeval_core.results.summaries import (
+    CaseDetail,
+    CasePage,
+    PairedDifferences,
+    RunListing,
+    SessionListing,
+    run_label,
+)
+from medeval_core.runs import service, workers
+from medeval_core.runs.service import RunSnapshot
 from medeval_core.store import RunRow, open_store
 from medeval_core.transcript import DIFFERENTIAL_FLOOR, differential_rows, reasoned
 

@@ -19,11 +19,11 @@ from openai import OpenAI
 from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-from medeval_core.backends.openai_client import status_error_text
 from medeval_core.benchmark import messages_sha256
-from medeval_core.files import json_value
+from medeval_core.data.files import json_value
 from medeval_core.judges.base import AttemptCallback, CallCallback, JudgeAttempt, JudgeError
 from medeval_core.judges.ratelimit import shared_limiter
+from medeval_core.models.openai_client import status_error_text
 from medeval_core.records import ModelCall
 from medeval_core.redaction import redact, register_secret
 from medeval_core.settings import JudgeRequestSettings

@@ -178,7 +178,7 @@ class CountingBenchmark(Benchmark[CountingParams, Case, CountingOutput]):
 
 
 def main(db_url: str, run_id: str, n_cases: int, sleep_s: float, concurrency: int = 2) -> None:
-    from medeval_core import service
+    from medeval_core.runs import service
     from medeval_core.store import Store
 
     os.environ.setdefault("MEDEVAL_BENCHMARKS", __name__.replace("__main__", "tests.support.counting_benchmark"))

@@ -13,7 +13,7 @@ import sys
 from transformers import AutoProcessor, Qwen2_5_VLConfig
 from transformers.cli.transformers import app
 
-from medeval_core.backends.qwen_transformers import ImageOnlyQwenProcessor
+from medeval_core.models.qwen_transformers import ImageOnlyQwenProcessor
 
 
 def main() -> None:

@@ -31,7 +31,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from medeval_core.backends.vlm import VlmBackend
 from medeval_core.benchmark import (
     Benchmark,
     BenchmarkError,
@@ -51,9 +50,10 @@ from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, Respon
 from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.benchmarks.ddi.summary import summarize_run
 from medeval_core.benchmarks.ddi.tasks import canonical_label, open_prompt, score_label
-from medeval_core.files import undecodable_line
+from medeval_core.data.files import undecodable_line
 from medeval_core.judges.base import attempt_recorder
 from medeval_core.models import for_role
+from medeval_core.models.vlm import VlmBackend
 from medeval_core.records import CaseResult, InputFile, ModelCall
 from medeval_core.settings import Settings
 

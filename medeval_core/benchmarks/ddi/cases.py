@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from medeval_core.benchmark import BenchmarkError
 from medeval_core.benchmarks.ddi.sources import METADATA as DDI_METADATA
-from medeval_core.files import read_csv_rows
+from medeval_core.data.files import read_csv_rows
 from medeval_core.records import Case
 
 DDI_COLUMNS = ("DDI_ID", "DDI_file", "skin_tone", "malignant", "disease")

@@ -22,7 +22,7 @@ from medeval_core.cli import (
 )
 
 if TYPE_CHECKING:
-    from medeval_core.runner import Progress, ProgressCallback, RunReport
+    from medeval_core.runs.runner import Progress, ProgressCallback, RunReport
     from medeval_core.settings import Settings
     from medeval_core.store import Store
 
@@ -65,7 +65,7 @@ def _progress(settings: Settings, wanted: bool) -> ProgressCallback | None:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from medeval_core.backends.vlm import VlmBackendError
+    from medeval_core.models.vlm import VlmBackendError
     from medeval_core.prompts import PromptError
 
     return (VlmBackendError, PromptError)
@@ -146,9 +146,9 @@ class DdiCli(BenchmarkCli):
 
     def command_status(self, report: RunReport, summary: RunSummary) -> int:
         """1 when the model stage refused any image (its cases failed; the others ran and were judged)."""
-        from medeval_core import service
         from medeval_core.benchmarks.ddi.images import describe_refusals
         from medeval_core.context import current_settings, current_store
+        from medeval_core.runs import service
 
         status = super().command_status(report, summary)
         model, _ = self._pairs.get(report.run_id, (None, report))
@@ -174,9 +174,9 @@ class DdiCli(BenchmarkCli):
     # judge ddi -----------------------------------------------------------------------------------------------
 
     def _judge_command(self, args: argparse.Namespace) -> int:
-        from medeval_core import service
         from medeval_core.benchmarks.ddi import workflow
         from medeval_core.context import current_settings, current_store
+        from medeval_core.runs import service
 
         settings, store = current_settings(), current_store()
         choice = self._judge_choice(args, "--concurrency")

@@ -21,7 +21,6 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from medeval_core.backends.vlm import VlmBackend, VlmBackendError, greedy_settings
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddi import JUDGE_ROLE, VLM_ROLE
 from medeval_core.benchmarks.ddi.images import UPLOAD_TYPES as UPLOAD_TYPES
@@ -51,6 +50,7 @@ from medeval_core.context import current_settings as current_settings
 from medeval_core.context import current_store as current_store
 from medeval_core.judges.base import JudgeError, attempt_recorder
 from medeval_core.models import for_role, is_served, not_configured
+from medeval_core.models.vlm import VlmBackend, VlmBackendError, greedy_settings
 from medeval_core.prompts import PromptError, load_labels
 from medeval_core.records import CaseOutcome, utc_now
 from medeval_core.sessions import Session

@@ -15,10 +15,10 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, RootModel
 
-from medeval_core.backends.vlm import VlmPrompt
 from medeval_core.benchmark import RunParams
 from medeval_core.benchmarks.ddi.cases import CaseSource
 from medeval_core.benchmarks.ddi.tasks import Mode
+from medeval_core.models.vlm import VlmPrompt
 from medeval_core.settings import GenerationSettings
 
 VlmBackendName = Literal["transformers", "openai"]

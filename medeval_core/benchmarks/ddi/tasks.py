@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from medeval_core.backends.vlm import VlmPrompt
+from medeval_core.models.vlm import VlmPrompt
 from medeval_core.prompts import fill, load_labels, load_prompt
 
 Mode = Literal["open", "classification"]

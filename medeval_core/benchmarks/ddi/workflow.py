@@ -8,8 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from medeval_core import service
-from medeval_core.backends.vlm import greedy_settings
 from medeval_core.benchmarks.ddi import JUDGE_ROLE, VLM_ROLE
 from medeval_core.benchmarks.ddi.benchmark import JUDGE_SCORER, LABEL_SCORER, load_responses
 from medeval_core.benchmarks.ddi.cases import CaseSource
@@ -17,9 +15,11 @@ from medeval_core.benchmarks.ddi.judge import make_ddi_judge
 from medeval_core.benchmarks.ddi.params import DdiParams, GenerateParams, ResponsesParams
 from medeval_core.benchmarks.ddi.tasks import DEFAULT_LABELS, Mode, prompt_for
 from medeval_core.models import choice_for_role, for_role, with_role
+from medeval_core.models.vlm import greedy_settings
 from medeval_core.prompts import load_labels
 from medeval_core.records import RunStatus
-from medeval_core.runner import ProgressCallback, RunReport
+from medeval_core.runs import service
+from medeval_core.runs.runner import ProgressCallback, RunReport
 from medeval_core.settings import BackendChoice, GenerationSettings, Settings
 from medeval_core.store import Store, new_run_id
 

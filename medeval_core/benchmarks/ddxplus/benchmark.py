@@ -76,7 +76,7 @@ def _build_errors() -> tuple[type[Exception], ...]:
     """The errors an agent's build reports as a ``BenchmarkError``: the inputs', and the chat backend's when an
     agent used one (the backends, which import the OpenAI client, are only loaded by agents that need them:
     a KB-Bayes run starts without them)."""
-    chat = sys.modules.get("medeval_core.backends.chat")
+    chat = sys.modules.get("medeval_core.models.chat")
     return (*_ERRORS, chat.ChatBackendError) if chat is not None else _ERRORS
 
 

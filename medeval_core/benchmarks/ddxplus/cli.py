@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase
     from medeval_core.benchmarks.ddxplus.patients import PatientSet
-    from medeval_core.runner import RunReport
+    from medeval_core.runs.runner import RunReport
     from medeval_core.settings import Settings
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from medeval_core.files import read_json
+from medeval_core.data.files import read_json
 
 EVIDENCES_FILE = "release_evidences.json"
 CONDITIONS_FILE = "release_conditions.json"

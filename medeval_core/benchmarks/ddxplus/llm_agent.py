@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from medeval_core.backends.chat import ChatBackend, Message, json_object
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.ddxplus.interaction import EpisodeError, Intake, validate_differential
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS, Answer
 from medeval_core.interaction import with_max_turns
 from medeval_core.models import for_role
+from medeval_core.models.chat import ChatBackend, Message, json_object
 from medeval_core.settings import Settings
 
 CHAT_ROLE = "chat"

@@ -49,7 +49,7 @@ import numpy as np
 from medeval_core.benchmarks.ddxplus import kb as kb_module
 from medeval_core.benchmarks.ddxplus.kb import VALUE_SEPARATOR, KnowledgeBase
 from medeval_core.benchmarks.ddxplus.metrics import Entries, GroundTruth
-from medeval_core.files import SKIP_REMEDY, replaced_in_one_step, sha256_of, text_blocks
+from medeval_core.data.files import SKIP_REMEDY, replaced_in_one_step, sha256_of, text_blocks
 from medeval_core.memory import gc_paused
 from medeval_core.records import Case, CaseList
 from medeval_core.settings import cache_dir

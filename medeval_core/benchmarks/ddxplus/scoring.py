@@ -52,7 +52,7 @@ from medeval_core.benchmarks.ddxplus import metrics as ddx_metrics
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, root_of
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, distinct, numbers_of_lines, spans
 from medeval_core.benchmarks.ddxplus.simulator import MAX_QUESTIONS
-from medeval_core.files import text_blocks, undecodable_line
+from medeval_core.data.files import text_blocks, undecodable_line
 
 # Bulk text helpers -------------------------------------------------------------------------------------------
 

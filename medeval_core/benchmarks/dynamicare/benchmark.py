@@ -46,10 +46,10 @@ from medeval_core.benchmarks.dynamicare.scoring import (
     mapped_truth_note,
 )
 from medeval_core.dialogue import Patient
-from medeval_core.icd9 import Icd9Mapper, make_mapper
 from medeval_core.models import for_role, require_served
 from medeval_core.records import CaseResult
 from medeval_core.settings import Settings
+from medeval_core.vocabularies.icd9 import Icd9Mapper, make_mapper
 
 SCORER = "hit-at-k"
 COMPLETED = "completed cases"

@@ -32,9 +32,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from medeval_core.files import SkippedLine, json_value, numbered_lines, problem_of, read_json_lines
-from medeval_core.icd9 import Icd9Mapper, category, display_code, normalise_code
+from medeval_core.data.files import SkippedLine, json_value, numbered_lines, problem_of, read_json_lines
 from medeval_core.records import Case
+from medeval_core.vocabularies.icd9 import Icd9Mapper, category, display_code, normalise_code
 
 MAX_TRUTH_CODES = 5
 MEASUREMENT_SECTIONS = ("Physical_Examination_Findings", "Test_Results")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from medeval_core.benchmark import RunSummary
-    from medeval_core.runner import RunReport
+    from medeval_core.runs.runner import RunReport
     from medeval_core.settings import Settings
 
 
@@ -151,13 +151,13 @@ def _sources(args: argparse.Namespace) -> list[tuple[str, Path]]:
 def _import_agentclinic(args: argparse.Namespace) -> int:
     from medeval_core.benchmarks.dynamicare.cases import RecordFileError, import_agentclinic
     from medeval_core.benchmarks.dynamicare.scoring import mapped_truth_note
-    from medeval_core.icd9 import make_mapper
+    from medeval_core.vocabularies.icd9 import make_mapper
 
     backend = None
     if args.mapper == "llm":
-        from medeval_core.backends.chat import ChatBackendError
         from medeval_core.context import current_settings
         from medeval_core.models import for_role
+        from medeval_core.models.chat import ChatBackendError
 
         try:
             backend = for_role("coder", current_settings())

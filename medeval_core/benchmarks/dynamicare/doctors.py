@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from medeval_core.backends.chat import ChatBackend, Message, ask_until_valid, json_object
 from medeval_core.benchmark import CaseContext
+from medeval_core.models.chat import ChatBackend, Message, ask_until_valid, json_object
 from medeval_core.prompts import fill, load_prompt
 from medeval_core.replay import ActionFileError, load_replay
 

@@ -1,7 +1,7 @@
 """Hit@K and Rec@K over ICD-9 categories (design.md §3.4, the DynamiCare seed's ``score_hit_rec``).
 
-Inputs are already categories (``medeval_core.icd9.category``): the ranked predicted categories of one case and
-its ground-truth categories. As in the seed, both sides are compared as sets, so two predictions in one category
+Inputs are already categories (``medeval_core.vocabularies.icd9.category``): the ranked predicted categories of one case
+and its ground-truth categories. As in the seed, both sides are compared as sets, so two predictions in one category
 count once and Rec@K's denominator is the number of distinct ground-truth categories.
 """
 

@@ -3,7 +3,8 @@
 default; a question that starts "REQUEST TEST:" goes to the test channel, as in AgentClinic, and is answered from
 the measurements, never by the patient), then gives up to 10 ranked diagnoses, which are
 mapped to ICD-9 (codes pass through; names through the mapper; a person may correct a mapping) and scored with
-Hit@K / Rec@K on the categories (``medeval_core.icd9.category``, ``medeval_core.benchmarks.dynamicare.hitk``)."""
+Hit@K / Rec@K on the categories (``medeval_core.vocabularies.icd9.category``,
+``medeval_core.benchmarks.dynamicare.hitk``)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from medeval_core.benchmarks.dynamicare.doctors import MAX_DIAGNOSES, Doctor, Do
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics, matched
 from medeval_core.benchmarks.dynamicare.patients import MeasurementReader
 from medeval_core.dialogue import Patient, Reply
-from medeval_core.icd9 import Icd9Mapper, Icd9Mapping, category, lookup, normalise_code
 from medeval_core.interaction import Episode, EpisodeError, Limits, Step
+from medeval_core.vocabularies.icd9 import Icd9Mapper, Icd9Mapping, category, lookup, normalise_code
 
 DEFAULT_MAX_QUESTIONS = 10
 START_ACTOR = "patient"

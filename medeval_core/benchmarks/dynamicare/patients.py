@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from medeval_core.backends.chat import ChatBackend, Message
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.dynamicare.cases import PatientRecord
 from medeval_core.dialogue import PatientAnswer
+from medeval_core.models.chat import ChatBackend, Message
 from medeval_core.prompts import fill, load_prompt
 
 UNKNOWN = "I don't know."
@@ -40,7 +40,7 @@ class RecordRetrievalPatient:
 
     def __init__(self, record: PatientRecord, threshold: float = DEFAULT_THRESHOLD,
                  max_fields: int = DEFAULT_MAX_FIELDS) -> None:
-        from medeval_core.embeddings import EmbeddingIndex
+        from medeval_core.models.embeddings import EmbeddingIndex
 
         self.fields = self.fields_of(record)
         self.threshold = threshold

@@ -19,10 +19,10 @@ from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
-from medeval_core.files import json_value, numbered_lines, problem_of
-from medeval_core.icd9 import Icd9Error, Icd9Mapper, category
+from medeval_core.data.files import json_value, numbered_lines, problem_of
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
+from medeval_core.vocabularies.icd9 import Icd9Error, Icd9Mapper, category
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
 # Truth codes with these methods were given as codes; any other method (exact, synonym, crosswalk, embedding, llm)

@@ -37,13 +37,13 @@ from medeval_core.benchmarks.dynamicare.scoring import METRIC_NAMES, headline
 from medeval_core.context import current_settings as current_settings
 from medeval_core.context import current_store as current_store
 from medeval_core.dialogue import Reply
-from medeval_core.icd9 import Icd9Mapper, make_mapper
-from medeval_core.icd9 import display_code as display_code
 from medeval_core.interaction import EpisodeError as EpisodeError
 from medeval_core.records import CaseOutcome, CaseResult
 from medeval_core.sessions import Session, SessionError, SessionWalkthrough, WalkthroughError
 from medeval_core.settings import Settings
 from medeval_core.store import Store, StoreError
+from medeval_core.vocabularies.icd9 import Icd9Mapper, make_mapper
+from medeval_core.vocabularies.icd9 import display_code as display_code
 
 BENCHMARK = SPEC.name
 ACTOR: Literal["person"] = "person"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from medeval_core.files import SkippedLine, read_json_lines
+from medeval_core.data.files import SkippedLine, read_json_lines
 from medeval_core.records import Case
 
 OPTION_LETTERS = ("A", "B", "C", "D")

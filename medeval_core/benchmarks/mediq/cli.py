@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from medeval_core.benchmark import RunSummary
-    from medeval_core.runner import RunReport
+    from medeval_core.runs.runner import RunReport
     from medeval_core.settings import Settings
 
 

@@ -2,7 +2,7 @@
 question from the case's own atomic facts only.
 
 - ``FactSelectPatient`` (offline, the default): the facts most similar to the question (all-MiniLM-L6-v2,
-  ``medeval_core.embeddings``) at or above a threshold, at most ``max_facts``, returned verbatim in the file's
+  ``medeval_core.models.embeddings``) at or above a threshold, at most ``max_facts``, returned verbatim in the file's
   order; else the refusal. Nothing but this case's facts can come out.
 - ``LLMPatient``: a chat model picks the facts that answer and phrases them in the first person; no fact, the
   refusal.
@@ -20,14 +20,14 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from medeval_core.backends.chat import ChatBackend, Message, ask_until_valid, json_object
 from medeval_core.benchmark import CaseContext
 from medeval_core.benchmarks.mediq.cases import MediqCase
 from medeval_core.dialogue import PatientAnswer
+from medeval_core.models.chat import ChatBackend, Message, ask_until_valid, json_object
 from medeval_core.prompts import fill, load_prompt
 
 if TYPE_CHECKING:
-    from medeval_core.embeddings import EmbeddingIndex
+    from medeval_core.models.embeddings import EmbeddingIndex
 
 REFUSAL = "The patient cannot answer this question, please do not ask this question again."
 DEFAULT_THRESHOLD = 0.35
@@ -70,12 +70,12 @@ class FactSelectPatient:
     def prepare(self, questions: Sequence[str]) -> None:
         """Encode the facts and the questions known ahead (a replay expert's) in one encoder call, so that each
         answer then only looks its question up."""
-        from medeval_core.embeddings import encode_remembered
+        from medeval_core.models.embeddings import encode_remembered
 
         encode_remembered([*self._facts, *(" ".join(question.split()) for question in questions)])
 
     def _search_index(self, question: str) -> EmbeddingIndex:
-        from medeval_core.embeddings import EmbeddingIndex, encode_remembered
+        from medeval_core.models.embeddings import EmbeddingIndex, encode_remembered
 
         if self._index is None:
             # The facts are encoded with the first question, in one call.

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.mediq.cases import OPTION_LETTERS
-from medeval_core.files import read_json_lines
+from medeval_core.data.files import read_json_lines
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 
 

@@ -161,8 +161,8 @@ def uncovered_facts(walk: Walkthrough) -> list[str]:
 
 def expert_consultation(settings: Settings, walk: Walkthrough) -> MediqOutput:
     """What the LLM expert (role ``expert``) does on the same case with the same offline patient, in memory."""
-    from medeval_core.backends.chat import ChatBackendError, ReplyFormatError
     from medeval_core.models import for_role
+    from medeval_core.models.chat import ChatBackendError, ReplyFormatError
 
     try:
         backend = for_role("expert", settings)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from medeval_core.benchmarks.sdbench.gatekeeper import Action, Diagnosis, Questions, Reply, Tests
-from medeval_core.files import read_json_lines
+from medeval_core.data.files import read_json_lines
 
 PERSON = "person"
 _TAG = re.compile(r"<(question|test|diagnosis)>(.*?)</\1>", re.I | re.S)

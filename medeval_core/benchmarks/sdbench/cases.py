@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from medeval_core.files import (
+from medeval_core.data.files import (
     SKIP_REMEDY,
     SkippedLine,
     json_value,

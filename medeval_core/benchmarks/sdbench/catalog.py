@@ -1,15 +1,15 @@
 """The curated test catalogue (``prompts/sdbench_tests.json``): one entry per orderable test or panel with its
 aliases, CPT/HCPCS codes, kind and a normal-range result, shared by the offline gatekeeper and the costing.
 
-A name is looked up by its normalised word set (lower case, punctuation as spaces, ``xray`` as ``x ray``, filler
-words such as "serum", "level" and "test" dropped, word order ignored), after the naming vocabulary
-(``prompts/sdbench_test_vocabulary.json``, ``TestVocabulary``) has put it in the catalogue's words: British
-spellings, modality and body-site names ("roentgenogram of the thorax" -> "x ray chest"), words that never change
-the test, further names of each test (LOINC-style long names), so "X-Ray Knee", "knee x-ray" and "plain film of the
-knee" find one entry. An order that lists a panel's parts ("TSH and free T4") is that panel. Names still unknown
-fall back to sentence-embedding similarity (``medeval_core.embeddings``; the catalogue's name vectors are computed
-once and kept in the cache folder) with a threshold, and never across imaging modalities: "MRI knee" is not "X-ray
-knee" however close the sentences are.
+A name is looked up by its normalised word set (lower case, punctuation as spaces, ``xray`` as ``x ray``, filler words
+such as "serum", "level" and "test" dropped, word order ignored), after the naming vocabulary
+(``prompts/sdbench_test_vocabulary.json``, ``TestVocabulary``) has put it in the catalogue's words: British spellings,
+modality and body-site names ("roentgenogram of the thorax" -> "x ray chest"), words that never change the test, further
+names of each test (LOINC-style long names), so "X-Ray Knee", "knee x-ray" and "plain film of the knee" find one entry.
+An order that lists a panel's parts ("TSH and free T4") is that panel. Names still unknown fall back to
+sentence-embedding similarity (``medeval_core.models.embeddings``; the catalogue's name vectors are computed once and
+kept in the cache folder) with a threshold, and never across imaging modalities: "MRI knee" is not "X-ray knee" however
+close the sentences are.
 """
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ VECTOR_CACHE_SIZE = 50_000
 
 
 def embed(texts: Sequence[str]) -> Any:
-    """Unit vectors of ``texts`` (``medeval_core.embeddings.encode``), remembered per text: the same test names
+    """Unit vectors of ``texts`` (``medeval_core.models.embeddings.encode``), remembered per text: the same test names
     and questions recur across cases, and each encoder call has a fixed cost, so only unseen texts are encoded,
     together in one call."""
     import numpy as np
 
-    from medeval_core.embeddings import DIMENSIONS, encode
+    from medeval_core.models.embeddings import DIMENSIONS, encode
 
     with _vector_lock:
         missing = list(dict.fromkeys(text for text in texts if text not in _vector_cache))
@@ -315,7 +315,7 @@ class TestCatalog:
     def _name_vectors(self) -> Any:
         with self._lock:
             if self._vectors is None:
-                from medeval_core.embeddings import encode_cached
+                from medeval_core.models.embeddings import encode_cached
                 from medeval_core.settings import cache_dir
 
                 self._vectors = encode_cached(self.names(), cache_dir())

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from medeval_core.cli import BenchmarkCli, CommandError, CommandGroups, print_json
-from medeval_core.files import json_value
+from medeval_core.data.files import json_value
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -151,10 +151,10 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _recost(args: argparse.Namespace) -> int:
-    from medeval_core import service
     from medeval_core.benchmarks.sdbench.benchmark import COST_SCORER
     from medeval_core.context import current_settings, current_store
     from medeval_core.records import RunConfig, RunKind
+    from medeval_core.runs import service
 
     settings, store = current_settings(), current_store()
     config = RunConfig.model_validate(store.get_run(args.run_id).config)

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from medeval_core.benchmarks.sdbench.catalog import Kind, TestCatalog, guess_kind
-from medeval_core.files import read_csv_rows, sha256_of
+from medeval_core.data.files import read_csv_rows, sha256_of
 
 VISIT_PRICE = 300.0
 COSTING_VERSION = "sdbench-costing-v1"

@@ -43,7 +43,7 @@ from medeval_core.benchmarks.sdbench.catalog import (
     plain,
 )
 from medeval_core.benchmarks.sdbench.costing import VISIT_PRICE, Pricer, TestPrice
-from medeval_core.files import json_value
+from medeval_core.data.files import json_value
 from medeval_core.interaction import EpisodeError, Step
 
 Source = Literal["REAL", "SYNTHETIC", "REFUSED"]

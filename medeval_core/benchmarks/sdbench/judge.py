@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from medeval_core.files import json_value
+from medeval_core.data.files import json_value
 from medeval_core.judges.offline import Vocabulary
 from medeval_core.prompts import fill, load_json, load_prompt, prompt_path
 from medeval_core.records import Judgement

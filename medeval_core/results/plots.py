@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from pydantic import BaseModel
 
 from medeval_core.benchmark import RunSummary
-from medeval_core.compare import MetricSummary
+from medeval_core.results.compare import MetricSummary
 
 _LAYOUT = {"margin": {"t": 40, "b": 40}, "height": 380, "legend": {"orientation": "h"}}
 

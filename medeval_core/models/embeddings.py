@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from medeval_core.files import replaced_in_one_step
+from medeval_core.data.files import replaced_in_one_step
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from medeval_core.backends.openai_client import CallRecorder, CompletionClient
-from medeval_core.files import json_value
+from medeval_core.data.files import json_value
+from medeval_core.models.openai_client import CallRecorder, CompletionClient
 
 Message = dict[str, str]
 

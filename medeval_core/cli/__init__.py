@@ -1,6 +1,6 @@
 """medeval from the command line: batch runs, score runs, run management, data and reported-result checks.
 
-Generic verbs live here and in ``medeval_core.commands``; ``run NAME`` exists for every benchmark the registry
+Generic verbs live here and in the modules beside it; ``run NAME`` exists for every benchmark the registry
 finds, with the options of that benchmark's ``cli`` extension (or options generated from its ``Params``). Every
 run ends with the one ``RunSummary`` printer. Only light modules are imported to build the parser, so
 ``--help`` stays fast; a benchmark's heavy modules are imported when its command runs.
@@ -26,15 +26,15 @@ from medeval_core.redaction import redact
 from medeval_core.settings import SettingsError
 
 if TYPE_CHECKING:
-    from medeval_core.runner import Progress, ProgressCallback, RunReport
+    from medeval_core.runs.runner import Progress, ProgressCallback, RunReport
     from medeval_core.settings import Settings
     from medeval_core.store import Store
 
 COMMAND_MODULES = (
-    "medeval_core.commands.runs",
-    "medeval_core.commands.data",
-    "medeval_core.commands.annotation",
-    "medeval_core.commands.serve",
+    "medeval_core.cli.runs",
+    "medeval_core.cli.data",
+    "medeval_core.cli.annotation",
+    "medeval_core.cli.serve",
 )
 
 
@@ -186,7 +186,7 @@ class BenchmarkCli:
 
     def run(self, args: argparse.Namespace, settings: Settings, store: Store,
             on_progress: ProgressCallback | None) -> RunReport:
-        from medeval_core import service
+        from medeval_core.runs import service
 
         params = self.params(args, settings)
         if getattr(args, "skip_bad_lines", False):
@@ -260,8 +260,8 @@ def extension(name: str) -> BenchmarkCli:
 
 def _run_handler(name: str) -> Any:
     def handle(args: argparse.Namespace) -> int:
-        from medeval_core import service
         from medeval_core.context import current_settings, current_store
+        from medeval_core.runs import service
 
         cli = extension(name)
         settings, store = current_settings(), current_store()

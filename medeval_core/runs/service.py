@@ -33,7 +33,7 @@ from medeval_core.benchmark import (
     Scorer,
     Solver,
 )
-from medeval_core.files import sha256_of
+from medeval_core.data.files import sha256_of
 from medeval_core.memory import long_lived
 from medeval_core.records import (
     Case,
@@ -48,7 +48,7 @@ from medeval_core.records import (
     cases_keeping,
     utc_now,
 )
-from medeval_core.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, RunReport
+from medeval_core.runs.runner import DEFAULT_LEASE_S, BatchRunner, ProgressCallback, RunReport
 from medeval_core.settings import BackendChoice, Settings, runtime_versions, walkthrough_idle_limit
 from medeval_core.store import RunRow, Store, StoreError
 
@@ -367,7 +367,7 @@ def record_worker_error(store: Store, run_id: str, exc: BaseException) -> None:
     """Keep why a worker stopped on the run (its ``error``), so the runs page says it; a run that does not exist
     has nowhere to keep it."""
     from medeval_core.errors import DatabaseUnavailable, StoreFullError
-    from medeval_core.runner import describe_error
+    from medeval_core.runs.runner import describe_error
 
     if isinstance(exc, (DatabaseUnavailable, StoreFullError)):
         return  # the database itself gave out: nothing can be kept there, and the CLI's one line says why
@@ -488,7 +488,7 @@ def summary_of(overview: RunOverview) -> RunSummary | None:
 def export_results(store: Store, run_id: str, path: Path) -> Path:
     """Write a run's case results as CSV or JSON Lines, chosen by the file's suffix (``exports.write_results``:
     spreadsheet formulas neutralised, JSON cells)."""
-    from medeval_core.exports import write_results
+    from medeval_core.results.exports import write_results
 
     results = store.results(run_id)
     try:
@@ -628,7 +628,7 @@ class RunSnapshot(BaseModel):
 def case_metric_summaries(store: Store, run_id: str) -> list[MetricSummary]:
     """Every per-case metric of the run's finished results with its interval, computed from the results (what a
     run stores with its closing summary)."""
-    from medeval_core.compare import summarize_metric_rows
+    from medeval_core.results.compare import summarize_metric_rows
 
     return summarize_metric_rows(store.metric_rows(run_id))
 
@@ -638,7 +638,7 @@ def metric_summaries(store: Store, run_id: str, overview: RunOverview | None = N
     """The per-case metric summaries the pages show: a finished run's stored ones (read with its summary, no
     result read), else computed over the finished results so far (``compare.run_summaries``, cached per result
     stamp)."""
-    from medeval_core.compare import run_summaries
+    from medeval_core.results.compare import run_summaries
 
     overview = overview or run_overview(store, run_id)
     if not overview.done:

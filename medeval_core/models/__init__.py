@@ -29,9 +29,9 @@ from medeval_core.settings import (
 )
 
 if TYPE_CHECKING:
-    from medeval_core.backends.chat import ChatBackend
-    from medeval_core.backends.vlm import VlmBackend
     from medeval_core.judges.openai_judge import OpenAIJudgeClient
+    from medeval_core.models.chat import ChatBackend
+    from medeval_core.models.vlm import VlmBackend
 
 Interface = Literal["chat", "vision", "judge"]
 """What a role's backend does: text chat, images plus text (a local checkpoint or an endpoint), or judging with
@@ -115,7 +115,7 @@ def for_role(role: str, settings: Settings, run_choice: RunChoice = None, *, int
         return _judge_client(role, choice, settings, **options)
     if interface == "vision":
         return _vision_backend(role, choice, settings)
-    from medeval_core.backends.chat import ChatBackendError, OpenAIChatBackend
+    from medeval_core.models.chat import ChatBackendError, OpenAIChatBackend
 
     if not is_served(choice, "chat"):
         raise ChatBackendError(not_configured(role, choice))
@@ -126,15 +126,15 @@ def for_role(role: str, settings: Settings, run_choice: RunChoice = None, *, int
 
 
 def _vision_backend(role: str, choice: BackendChoice, settings: Settings) -> VlmBackend:
-    from medeval_core.backends.vlm import VlmNotConfiguredError
+    from medeval_core.models.vlm import VlmNotConfiguredError
 
     if not is_served(choice, "vision"):
         raise VlmNotConfiguredError(not_configured(role, choice, "vision"))
     if choice.backend == "transformers":
-        from medeval_core.backends.qwen_transformers import QwenTransformersBackend
+        from medeval_core.models.qwen_transformers import QwenTransformersBackend
 
         return QwenTransformersBackend(choice.model, settings.generation, devices=choice.devices)
-    from medeval_core.backends.openai_vision import OpenAIVisionBackend
+    from medeval_core.models.openai_vision import OpenAIVisionBackend
 
     assert choice.base_url is not None  # is_served checked it
     return OpenAIVisionBackend(base_url=choice.base_url, model=choice.model, api_key_env=choice.api_key_env)

@@ -19,8 +19,8 @@ from medeval_core.cli import (
     print_json,
     print_summary,
 )
-from medeval_core.commands.reports import add_report_command
-from medeval_core.files import json_value
+from medeval_core.cli.reports import add_report_command
+from medeval_core.data.files import json_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,7 +110,7 @@ def register(groups: CommandGroups) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from medeval_core.workers import run_states
+    from medeval_core.runs.workers import run_states
 
     store = current_store()
     rows = store.list_runs(benchmark=args.benchmark)
@@ -126,7 +126,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from medeval_core import service
+    from medeval_core.runs import service
 
     store = current_store()
     overview = service.run_overview(store, args.run_id)
@@ -149,7 +149,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from medeval_core.compare import run_comparison
+    from medeval_core.results.compare import run_comparison
 
     # An unknown run is a StoreError naming it; a session or another dataset a BenchmarkError.
     comparison = run_comparison(current_store(), args.run_a, args.run_b)
@@ -169,7 +169,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from medeval_core import service
+    from medeval_core.runs import service
 
     path = service.export_results(current_store(), args.run_id, args.out)
     print(f"wrote {path}")
@@ -177,7 +177,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from medeval_core import service
+    from medeval_core.runs import service
 
     store = current_store()
     try:
@@ -206,7 +206,7 @@ def _option(text: str) -> tuple[str, object]:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from medeval_core import service
+    from medeval_core.runs import service
 
     settings, store = current_settings(), current_store()
     params = service.ScoreParams(scorer=args.scorer, options=dict(_option(o) for o in args.option),

@@ -2,7 +2,7 @@
 
 A page (or any caller) stores a run with ``create_run`` and starts ``python -m medeval_core worker RUN_ID`` with
 ``start_worker``: the worker is its own session and process group, so it survives page reloads, other users'
-sessions and a restart of the Streamlit server. Workers hold case leases in the store (``medeval_core.runner``),
+sessions and a restart of the Streamlit server. Workers hold case leases in the store (``medeval_core.runs.runner``),
 so several of them, on one host or on many pointed at one database, share one run; a run whose workers stopped
 heart-beating shows as *interrupted* (``run_liveness``) and can be resumed by starting a worker again.
 """
@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.engine import make_url
 
-from medeval_core import service
 from medeval_core.records import RunKind
 from medeval_core.redaction import redact
+from medeval_core.runs import service
 from medeval_core.settings import DEFAULT_VAR_DIR, PROJECT_ROOT, Settings
 from medeval_core.store import RunRow, Store, open_store
 

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from medeval_core import registry, service
+from medeval_core import registry
 from medeval_core.benchmark import Metric, RunSummary
-from medeval_core.compare import per_case_means_of_rows
 from medeval_core.context import current_settings
 from medeval_core.records import CaseResult, CaseStatus, Judgement, ModelCall, RunConfig, RunKind
 from medeval_core.registry import PageInfo
+from medeval_core.results.compare import per_case_means_of_rows
+from medeval_core.runs import service
 from medeval_core.store import RunRow, Store, open_store
 from medeval_core.transcript import TranscriptEntry, transcript
 

@@ -29,9 +29,9 @@ from PIL import Image
 from pydantic import BaseModel
 from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
 
-from medeval_core.backends.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
 from medeval_core.benchmark import messages_sha256
-from medeval_core.files import sha256_of
+from medeval_core.data.files import sha256_of
+from medeval_core.models.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
 from medeval_core.records import ModelCall
 from medeval_core.settings import GenerationSettings
 

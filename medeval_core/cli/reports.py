@@ -21,7 +21,7 @@ def add_report_command(runs: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from medeval_core.context import current_store
-    from medeval_core.reports import write_run_report
+    from medeval_core.results.reports import write_run_report
 
     if args.html.suffix.lower() not in (".html", ".htm"):
         raise CommandError(f"Cannot write a report to {args.html.name}: give a file name ending in .html.")

@@ -1,6 +1,6 @@
 """The "New run" page's logic: the benchmark's form, a plan (validated params, effective settings and their hash,
 an estimate of the work, the endpoints to check) and the launch itself, which stores the run and starts its
-worker through ``medeval_core.workers`` (the run then lives outside the page).
+worker through ``medeval_core.runs.workers`` (the run then lives outside the page).
 
 Nothing here starts a case before the plan is valid and every configured endpoint has answered.
 """
@@ -13,13 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from medeval_core import registry, service, workers
+from medeval_core import registry
 from medeval_core.benchmark import BenchmarkError, ScoreParams
-from medeval_core.endpoints import EndpointCheck, check_roles
 from medeval_core.errors import StoreError
 from medeval_core.forms import FieldSpec, FormError, describe_validation_error, field_specs, form_variants
 from medeval_core.forms import validate_form as validate_values
+from medeval_core.models.endpoints import EndpointCheck, check_roles
 from medeval_core.records import CaseStatus, RunKind
+from medeval_core.runs import service, workers
 from medeval_core.settings import BackendChoice, Settings, overriding_variables
 from medeval_core.store import Store, open_store
 from medeval_core.store.model_backends import list_backends

@@ -6,12 +6,12 @@ category is its first three characters (``428.0`` -> ``428``), an E-code's its f
 ``E815``), a V-code's its first three (``V45.1`` -> ``V45``).
 
 Mapping. Plain fuzzy matching of names is unreliable (it maps "hypertension" to hypotension, "fibroadenoma" to
-filariasis), so a name is looked up in vocabularies made for coding (``medeval_core.icd9_vocabulary``: the ICD-9
-titles, ICD-10-CM titles and inclusion terms crosswalked by the CMS GEM) on whole stemmed words weighted by rarity.
-The shortlist is the names holding every naming word of the diagnosis; when none does, the names sharing some word,
-judged by sentence-embedding similarity (``medeval_core.embeddings``). The choice within it is either the offline
-one (``choose_exact``: most precise complete match, or the nearest in meaning at or above ``EMBEDDING_FLOOR``, else
-unmapped) or *llm* (a chat model picks one of the shortlisted codes). Every mapping records how it was made.
+filariasis), so a name is looked up in vocabularies made for coding (``medeval_core.vocabularies.icd9_vocabulary``: the
+ICD-9 titles, ICD-10-CM titles and inclusion terms crosswalked by the CMS GEM) on whole stemmed words weighted by
+rarity. The shortlist is the names holding every naming word of the diagnosis; when none does, the names sharing some
+word, judged by sentence-embedding similarity (``medeval_core.models.embeddings``). The choice within it is either the
+offline one (``choose_exact``: most precise complete match, or the nearest in meaning at or above ``EMBEDDING_FLOOR``,
+else unmapped) or *llm* (a chat model picks one of the shortlisted codes). Every mapping records how it was made.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, stem, vocabulary
 from medeval_core.settings import cache_dir
+from medeval_core.vocabularies.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, stem, vocabulary
 
 CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
 # Digits before the dot in each family: numeric codes 3 (001-999), V-codes 2 (V01-V91), E-codes 3 (E000-E999).
@@ -234,7 +234,7 @@ class Icd9Mapper:
             kept = unsided or kept
         similarities = [0.0] * len(kept)
         if kept and not kept[0].complete:
-            from medeval_core.embeddings import encode
+            from medeval_core.models.embeddings import encode
 
             vectors = encode([text, *(overlap.term.text for overlap in kept)])
             similarities = [float(value) for value in vectors[1:] @ vectors[0]]
@@ -286,7 +286,7 @@ class LLMChooser:
         self.template = load_prompt("icd9_choose")
 
     def __call__(self, text: str, shortlist: list[Candidate]) -> tuple[Candidate | None, float, str]:
-        from medeval_core.backends.chat import ask_until_valid, json_object
+        from medeval_core.models.chat import ask_until_valid, json_object
         from medeval_core.prompts import fill
 
         if not shortlist:

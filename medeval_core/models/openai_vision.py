@@ -17,8 +17,8 @@ from typing import Any
 
 from PIL import Image
 
-from medeval_core.backends.openai_client import CompletionClient
-from medeval_core.backends.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
+from medeval_core.models.openai_client import CompletionClient
+from medeval_core.models.vlm import CallRecorder, VlmBackendError, VlmPrompt, chat_messages, check_pairs
 from medeval_core.settings import GenerationSettings
 
 """429, 5xx, and connection failures (``APITimeoutError`` is a connection error subclass)."""
