@@ -1,14 +1,15 @@
-"""The walkthrough pages' Streamlit helpers: opening the walkthrough the page's link names, and the Close and Delete
-buttons. Whoever holds a walkthrough's link owns it, so its page is where it is closed (kept, listed as *closed*) or
-deleted (gone with everything it recorded)."""
+"""The walkthrough pages' Streamlit helpers: opening the walkthrough the page's link names, the dialogue with a
+simulated patient, and the Close and Delete buttons. Whoever holds a walkthrough's link owns it, so its page is
+where it is closed (kept, listed as *closed*) or deleted (gone with everything it recorded)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import streamlit as st
 
+from medeval_core.dialogue import Reply
 from medeval_core.sessions import SessionError, WalkthroughError, close_session, delete_session
 from medeval_core.store import Store
 
@@ -58,3 +59,18 @@ def session_controls(store: Store, run_id: str, query_key: str, finished: bool) 
                 st.rerun()
         except SessionError as exc:
             st.error(str(exc))
+
+
+def show_dialogue(replies: Sequence[Reply], facts_used: bool = False) -> None:
+    """A walkthrough's questions and the simulated patient's answers as a chat; with ``facts_used``, the numbers of
+    the record's facts each answer drew on (as the page numbers them)."""
+    st.subheader("Dialogue")
+    if not replies:
+        st.caption("No question yet.")
+    for reply in replies:
+        with st.chat_message("user", avatar=":material/stethoscope:"):
+            st.text(reply.question)
+        with st.chat_message("assistant", avatar=":material/person:"):
+            st.text(reply.answer)
+            if facts_used and reply.facts:
+                st.caption("Facts used: " + ", ".join(str(i + 1) for i in reply.facts))

@@ -30,8 +30,10 @@ def sign_in(page, url: str, name: str) -> None:
 
 
 def settle(page) -> None:
-    """Wait until the rerun has replaced every element of the previous one (Streamlit marks those as stale)."""
-    page.wait_for_function("() => document.querySelectorAll('[data-stale=\"true\"]').length === 0")
+    """Wait until the rerun has replaced every element of the previous one (Streamlit marks those as stale) and the
+    script has finished (no running indicator)."""
+    page.wait_for_function("() => document.querySelectorAll('[data-stale=\"true\"]').length === 0"
+                           " && !document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"]')")
 
 
 def assert_blind(page) -> None:
@@ -56,7 +58,10 @@ def test_two_annotators_blinded_pairwise_in_chromium(streamlit_app, browser, pag
         for criterion, label in enumerate(CHOICES):
             page.get_by_role("button", name=label, exact=True).nth(criterion).click()
             if criterion < len(CHOICES) - 1:
+                # The click's rerun is drawn and done before the next click, as a clinician reading the page
+                # would (clicks during a rerun are tests/test_annotation_pages.py's and the keyboard test's).
                 page.locator(CHOSEN).nth(criterion).wait_for()
+                settle(page)
         page.get_by_text(f"{number} of 6 done · item {number + 1} of 6").wait_for()
         settle(page)
         assert_blind(page)

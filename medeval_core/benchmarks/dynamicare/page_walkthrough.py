@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from medeval_core.benchmarks.dynamicare import walkthrough as wt
-from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
+from medeval_core.session_controls import session_controls, show_dialogue, start_button, walkthrough_in_link
 
 st.title("Open diagnosis walkthrough")
 st.caption("DynamiCare style: you see the chief complaint, question the patient (simulated from an AgentClinic "
@@ -40,14 +40,7 @@ if record.objective:
 st.caption(f"Walkthrough {walk.id}; the link in the address bar brings it back.")
 session_controls(store, walk.id, "walkthrough", walk.finished)
 
-st.subheader("Dialogue")
-if not walk.replies:
-    st.caption("No question yet.")
-for reply in walk.replies:
-    with st.chat_message("user", avatar=":material/stethoscope:"):
-        st.text(reply.question)
-    with st.chat_message("assistant", avatar=":material/person:"):
-        st.text(reply.answer)
+show_dialogue(walk.replies)
 
 if not walk.finished:
     st.subheader("Ask the patient")

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from medeval_core.benchmarks.mediq import walkthrough as wt
-from medeval_core.session_controls import session_controls, start_button, walkthrough_in_link
+from medeval_core.session_controls import session_controls, show_dialogue, start_button, walkthrough_in_link
 
 st.title("MEDIQ walkthrough")
 st.caption("You see what the expert sees first: the initial information, the question and the options. Ask the "
@@ -44,16 +44,7 @@ for letter, text in case.options.items():
 st.caption(f"Walkthrough {walk.id}; the link in the address bar brings it back.")
 session_controls(store, walk.id, "walkthrough", walk.finished)
 
-st.subheader("Dialogue")
-if not walk.replies:
-    st.caption("No question yet.")
-for reply in walk.replies:
-    with st.chat_message("user", avatar=":material/stethoscope:"):
-        st.text(reply.question)
-    with st.chat_message("assistant", avatar=":material/person:"):
-        st.text(reply.answer)
-        if reply.facts:
-            st.caption("Facts used: " + ", ".join(str(i + 1) for i in reply.facts))
+show_dialogue(walk.replies, facts_used=True)
 
 if not walk.finished:
     st.subheader("Ask the patient")
