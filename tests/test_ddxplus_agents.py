@@ -124,3 +124,11 @@ def test_suggestion_matches_the_next_question_after_a_person_asked(kb, split):
     assert suggestion.root not in {"E_91", "E_53"}
     assert suggestion.question == kb.question_text(suggestion.root)
     assert len(suggestion.leading) == 5 and suggestion.leading[0][1] >= suggestion.leading[1][1]
+
+
+def test_ddxplus_params_stored_with_max_questions_read_as_max_turns():
+    from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
+
+    old = DDXPlusParams.model_validate({"patients": "/p.csv", "kb": "/kb", "agent": "kb-bayes",
+                                        "agent_params": {"confidence": 1.0, "max_questions": 4}})
+    assert old.agent_params == {"confidence": 1.0, "max_turns": 4}

@@ -387,3 +387,27 @@ def test_the_turn_budget_is_max_turns_and_runs_stored_as_max_questions_still_rea
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("--max-questions is now called --max-turns") == 1
     assert json.loads(done.stdout)["Ave-Q"] == 0.0  # the replayed question is past the budget of 0
+
+
+def test_a_run_stored_before_the_renames_continues_under_its_id(imedqa, tmp_path, isolated_store):
+    """A run stored when its params said ``max_questions`` and ``workers`` is the same run as one asked with
+    ``max_turns`` and ``concurrency``: launching it again under its id continues it instead of refusing it as one
+    with other parameters."""
+    from sqlalchemy import create_engine, text
+
+    settings, store = current_settings(), current_store()
+    actions = write_actions(tmp_path / "a.jsonl", imedqa.cases[:2], ["Do you have a fever?"])
+    params = build_params(settings, imedqa.path, "replay", actions, limit=2, max_turns=5)
+    first = service.launch("mediq", params, settings, store, run_id="before-renames")
+    stored = store.get_run(first.run_id).config
+    old_params = {("max_questions" if key == "max_turns" else "workers" if key == "concurrency" else key): value
+                  for key, value in stored["params"].items()}
+    with create_engine(isolated_store).begin() as connection:
+        connection.execute(text("UPDATE runs SET config = :config WHERE id = :id"),
+                           {"config": json.dumps({**stored, "params": old_params}), "id": first.run_id})
+    again = service.launch("mediq", params, settings, store, run_id="before-renames")
+    assert again.run_id == first.run_id
+    assert service.stored_summary(store, first.run_id).counts.done == 2
+    other = build_params(settings, imedqa.path, "replay", actions, limit=2, max_turns=6)
+    with pytest.raises(Exception, match="other parameters"):  # a real difference is still refused
+        service.launch("mediq", other, settings, store, run_id="before-renames")

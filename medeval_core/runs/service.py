@@ -125,6 +125,18 @@ def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> lis
                   != json.dumps(requested.get(key), sort_keys=True, default=str))
 
 
+def _as_read_now(config: RunConfig) -> dict[str, Any]:
+    """A stored run's params as its params model reads them today, so that a run stored under a field's older name
+    (``workers``, ``max_questions``) is the same run as one asked under the new name; the stored dict when the model
+    no longer reads it (the comparison then names what differs)."""
+    try:
+        read = ScoreParams.model_validate(config.params) if config.kind == RunKind.SCORE \
+            else registry.benchmark(config.benchmark).parse_params(config.params)
+        return read.model_dump(mode="json")
+    except ValidationError:
+        return dict(config.params)
+
+
 def _stored_config(store: Store, run_id: str, benchmark: str, kind: RunKind, requested: Mapping[str, Any] | None,
                    source_run_id: str | None = None) -> RunConfig | None:
     """The stored config of ``run_id``, checked against what this launch asks for; None when no such run."""
@@ -139,9 +151,10 @@ def _stored_config(store: Store, run_id: str, benchmark: str, kind: RunKind, req
         raise BenchmarkError(f"Run {run_id!r} scores run {config.source_run_id}, not {source_run_id}; choose "
                              "another id.")
     if requested is not None:
-        changed = _differences(config.params, requested)
+        stored = _as_read_now(config)
+        changed = _differences(stored, requested)
         if changed:
-            detail = "; ".join(f"{key}: stored {config.params.get(key)!r}, asked {requested.get(key)!r}"
+            detail = "; ".join(f"{key}: stored {stored.get(key)!r}, asked {requested.get(key)!r}"
                                for key in changed[:4])
             raise BenchmarkError(
                 f"Run {run_id!r} exists with other parameters ({detail}). Resume it as stored with "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from medeval_core.benchmark import LineFileParams
+from medeval_core.interaction import with_max_turns
 
 BUILT_IN_AGENTS = ("kb-bayes", "llm")
 
@@ -27,3 +28,9 @@ class DDXPlusParams(LineFileParams):
     agent_params: dict[str, Any] = Field(default_factory=dict, description="the agent's own settings")
     reads_kb: bool = Field(default=False, description="whether the agent read the KB's condition lists",
                            json_schema_extra={"in_form": False})  # the agent says so (prepare_params)
+
+    @field_validator("agent_params")
+    @classmethod
+    def _one_turn_budget_name(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """An agent stored when its budget was ``max_questions`` reads as ``max_turns``, so its run is the same run."""
+        return with_max_turns(given)
