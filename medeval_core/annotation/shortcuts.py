@@ -25,37 +25,42 @@ def bind_keys(bindings: dict[str, str]) -> None:
     of those buttons. Keys typed into a text field are left alone.
 
     A click reruns the page, and until the rerun has drawn the next criterion the buttons on screen are the answered
-    one's: a key pressed in that moment (a fast typist's next answer) waits, and this rerun's listener presses it.
-    Without the wait it would silently change the answer just given."""
+    one's: a key pressed in that moment (a fast typist's next answer) waits. Each rerun's listener presses at most
+    one waiting key, and only once the page has finished running: a click made while Streamlit still runs the
+    script can be dropped, and an answer typed must never be."""
     # The component is drawn anew on every run (a counter in its text), so that each rerun's listener takes over.
     st.session_state[_RUNS] = st.session_state.get(_RUNS, 0) + 1
     # "<" escaped so that no criterion an administrator typed can close the script element.
     targets = json.dumps({key.lower(): widget for key, widget in bindings.items()}).replace("<", "\\u003c")
     components.html(f"""<script>
-// run {st.session_state[_RUNS]}
+const run = {st.session_state[_RUNS]};
 const page = window.parent;
 const targets = {targets};
-const keys = page.medevalShortcuts || (page.medevalShortcuts = {{waiting: [], clickedAt: 0}});
+const keys = page.medevalShortcuts || (page.medevalShortcuts = {{waiting: [], pressedIn: 0, pressedAt: 0}});
 const ANSWER_MS = 10000;  // a rerun that never draws this component again (an error) does not hold keys longer
+const running = () => page.document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') !== null;
 if (keys.listener) page.document.removeEventListener("keydown", keys.listener);
 const press = (key) => {{
   // Streamlit's class for a keyed widget: "st-key-" and the key with every other character made "-".
   const widget = targets[key];
   const button = widget && page.document.querySelector(
     ".st-key-" + widget.trim().replace(/[^a-zA-Z0-9_-]/g, "-") + " button");
-  if (button && !button.disabled) {{ keys.clickedAt = Date.now(); button.click(); }}
+  if (button && !button.disabled) button.click();
 }};
 keys.listener = (event) => {{
   const typing = event.target.closest && event.target.closest("input, textarea, [contenteditable=true]");
   const key = event.key.toLowerCase();
   if (typing || event.ctrlKey || event.metaKey || event.altKey || !(key in targets)) return;
   event.preventDefault();
-  if (Date.now() - keys.clickedAt < ANSWER_MS) keys.waiting.push(key);
-  else {{ keys.waiting = []; press(key); }}
+  keys.waiting.push(key);
 }};
 page.document.addEventListener("keydown", keys.listener);
-keys.clickedAt = 0;
 page.medevalShortcutTargets = targets;  // which buttons the keys click now (read by the browser test)
-const next = keys.waiting.shift();
-if (next) press(next);
+setInterval(() => {{
+  const pressedHere = keys.pressedIn === run && Date.now() - keys.pressedAt < ANSWER_MS;
+  if (!keys.waiting.length || pressedHere || running()) return;
+  keys.pressedIn = run;
+  keys.pressedAt = Date.now();
+  press(keys.waiting.shift());
+}}, 40);
 </script>""", height=0)
