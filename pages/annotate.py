@@ -114,26 +114,28 @@ def choose(criterion: str, value: str) -> None:
         return
     # Read back, not taken from this page's items: a fast click lands on a page drawn before the previous click's
     # answer was stored, and the item would never count as complete.
-    if queue.items(task.id)[index].complete:
-        move_on()
+    stored = queue.items(task.id)
+    if stored[index].complete:
+        move_on(stored)
 
 
-def move_on() -> None:
-    following = next_open(queue.items(task.id), index)
+def move_on(stored: list) -> None:
+    """Go to the next open item of ``stored`` (the queue as read after the answer)."""
+    following = next_open(stored, index)
     if following is not None:
         go_to(following)
 
 
 def skip() -> None:
     queue.skip(item.item_id)
-    move_on()
+    move_on(queue.items(task.id))
 
 
 def flag() -> None:
     if refused := queue.flag(item.item_id, st.session_state.get(f"flag-reason-{item.item_id}", "")):
         st.session_state["annotate-error"] = refused
         return
-    move_on()
+    move_on(queue.items(task.id))
 
 
 def save_comment() -> None:
