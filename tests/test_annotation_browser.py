@@ -12,6 +12,7 @@ from medeval_core.annotation import answers
 from medeval_core.annotation.report import task_report
 from medeval_core.context import current_store
 from tests.annotation_fixtures import PASSCODES, SECRET_NAMES, SeededRuns, create_task
+from tests.browser_support import settle
 
 pytest_plugins = ("tests.annotation_seeded",)
 
@@ -27,13 +28,6 @@ def sign_in(page, url: str, name: str) -> None:
     page.get_by_label("Passcode").fill(PASSCODES[name])
     page.get_by_role("button", name="Sign in").click()
     page.get_by_role("heading", name="Annotate").wait_for()
-
-
-def settle(page) -> None:
-    """Wait until the rerun has replaced every element of the previous one (Streamlit marks those as stale) and the
-    script has finished (no running indicator)."""
-    page.wait_for_function("() => document.querySelectorAll('[data-stale=\"true\"]').length === 0"
-                           " && !document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"]')")
 
 
 def assert_blind(page) -> None:

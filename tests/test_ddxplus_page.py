@@ -13,6 +13,7 @@ from medeval_core.catalog import pages
 from medeval_core.plaintext import literal
 from medeval_core.records import RunKind, RunStatus
 from medeval_core.runs import service
+from tests.browser_support import settle
 
 PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "ddxplus" / "page_walkthrough.py")
 
@@ -141,29 +142,37 @@ def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Pa
     page.goto(url)
     page.get_by_test_id("stSidebarNav").get_by_text("DDXPlus walkthrough").click()
     page.get_by_role("heading", name="Pick a patient").wait_for()
+    settle(page)
     page.get_by_text("By row").click()
+    settle(page)
     page.get_by_role("button", name="Start walkthrough").click()
     page.get_by_text("0 / 30").wait_for()
+    settle(page)
     for number, search in enumerate(("fever", "cough", "smoke"), start=1):
         box = page.get_by_label("Search the questions")
         box.fill(search)
         box.press("Enter")
         page.get_by_text("matching)").wait_for()
+        settle(page)
         page.get_by_role("button", name="Ask", exact=True).click()
         page.get_by_text(f"{number} / 30").wait_for()
+        settle(page)
     assert "walkthrough=ddxplus-" in page.url
     # A reload keeps the consultation: the id in the URL brings it back from the store.
     page.reload()
     page.get_by_text("3 / 30").wait_for()
+    settle(page)
     assert page.get_by_role("dialog").count() == 0, "a reload lands on the page itself, not a page-not-found dialog"
     choices = page.get_by_test_id("stMultiSelect").locator("input")
     for name in ("Acute COPD exacerbation / infection", "Bronchitis"):
         choices.click()
         choices.fill(name)
         page.get_by_role("option", name=name, exact=True).click()
+        settle(page)
     page.keyboard.press("Escape")
     chosen = page.get_by_test_id("stMultiSelect").get_by_text("Bronchitis", exact=True)
     chosen.wait_for()
+    settle(page)
     page.get_by_role("button", name="Submit differential").click()
     page.get_by_role("heading", name="Result").wait_for()
     page.get_by_text("True pathology:").wait_for()

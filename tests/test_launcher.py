@@ -16,6 +16,7 @@ from medeval_core.models.endpoints import check_backend, check_roles
 from medeval_core.runs import launch
 from medeval_core.settings import BackendChoice, load_settings
 from medeval_core.store import Store
+from tests.browser_support import settle
 from tests.conftest import free_port
 from tests.fake_openai import FakeOpenAI, Reply
 
@@ -170,8 +171,10 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     db_url = f"sqlite:///{tmp_path_factory.mktemp('launch-browser') / 'medeval.db'}"
     page.goto(f"{streamlit_app(MEDEVAL_DB_URL=db_url)}/new-run")
     page.get_by_role("heading", name="New run").wait_for()
+    settle(page)
     page.get_by_test_id("stSelectbox").filter(has_text="Benchmark").click()
     page.get_by_role("option", name="DDXPlus").click()
+    settle(page)
     page.get_by_role("spinbutton", name="limit (optional)").fill("25")
     repetitions = page.get_by_role("spinbutton", name="repetitions")
     # While the form reruns for the chosen benchmark, the previous form's field can still stand beside the new one.
@@ -180,15 +183,19 @@ def test_launch_a_kb_bayes_ddxplus_run_from_the_page_in_chromium(streamlit_app, 
     page.get_by_role("textbox", name="Run label").fill("KB-Bayes on 25 patients")
     page.get_by_role("button", name="Check parameters").click()
     page.get_by_role("button", name="Launch", exact=True).wait_for()
+    settle(page)
     page.screenshot(path=str(artifacts_dir / "new_run_plan.png"), full_page=True)
     page.get_by_role("button", name="Launch", exact=True).click()
     page.get_by_text("Launched run").wait_for()
+    settle(page)
     page.get_by_role("button", name="Watch it on the Batch runs page").click()
     page.get_by_role("heading", name="Batch runs").wait_for()
+    settle(page)
     # The run's panel refreshes on its own until the worker has finished every case.
     page.get_by_text("completed: 75 done, 0 failed, 0 pending of 75").wait_for(timeout=120_000)
     page.get_by_role("heading", name="Summary").wait_for()
     page.get_by_text("Across 3 repetitions").wait_for()  # each repetition's metrics and their spread
+    settle(page)
     page.set_viewport_size({"width": 1400, "height": 4600})  # Streamlit scrolls inside itself: show all plots
     page.get_by_text("Plots of this run").click()  # drawn on demand
     page.locator(".js-plotly-plot").first.wait_for()

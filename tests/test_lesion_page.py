@@ -20,6 +20,7 @@ from medeval_core.cli import main
 from medeval_core.plaintext import literal
 from medeval_core.settings import DEFAULT_CONFIG_DIR
 from medeval_core.store import Store
+from tests.browser_support import settle
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.tiny_qwen import tiny_qwen  # noqa: F401 - session fixture
 
@@ -159,12 +160,15 @@ def test_lesion_page_in_headless_chromium(
     url = streamlit_app(**tiny_model_env)
     page.goto(f"{url}/lesion")  # a cold deep link lands on the page inside the app shell
     page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+    settle(page)
     page.get_by_test_id("stSidebarNav").get_by_text("Benchmarks").wait_for()
     page.locator("input[type='file']").set_input_files(str(data_dir / "lesions" / LESION))
     page.get_by_text(f"{LESION}: 1022x767 JPEG").wait_for()
+    settle(page)
     reference = page.get_by_label("Reference diagnosis (optional, given only to the judge)")
     reference.fill("melanoma")
     reference.press("Enter")
+    settle(page)
     page.get_by_role("button", name="Run").click()
     page.get_by_text("Judge verdict").wait_for()
     page.get_by_text("Saved as run").wait_for()
@@ -232,13 +236,16 @@ def test_markdown_in_a_model_answer_is_neither_a_link_nor_an_image_in_chromium(
     page.on("request", lambda request: requested.append(request.url))
     page.goto(f"{url}/lesion")
     page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+    settle(page)
     page.get_by_text("20MB per file", exact=False).wait_for()  # the uploader advertises the image check limit
     reference = page.get_by_label("Reference diagnosis (optional, given only to the judge)")
     reference.fill(MARKDOWN_REFERENCE)
     reference.press("Enter")
+    settle(page)
     answer = page.get_by_role("textbox", name="Model response")  # the expander is open without a model
     answer.fill(MARKDOWN_ANSWER)
     answer.press("Control+Enter")
+    settle(page)
     page.get_by_role("button", name="Run").click()
     page.get_by_text("Saved as run").wait_for()
     page.get_by_text("Final diagnosis: melanoma").first.wait_for()
@@ -259,8 +266,10 @@ def test_a_slow_evaluation_shows_its_stage_and_cancel_stops_it_in_chromium(
                             MEDEVAL_DB_URL=f"sqlite:///{database}")
         page.goto(f"{url}/lesion")
         page.get_by_role("heading", name="Lesion diagnosis").wait_for()
+        settle(page)
         page.locator("input[type='file']").set_input_files(str(data_dir / "lesions" / LESION))
         page.get_by_text(f"{LESION}: 1022x767 JPEG").wait_for()
+        settle(page)
         page.get_by_role("button", name="Run").click()
         page.get_by_text("Generating the answer:").wait_for(timeout=30_000)
         # The endpoint named in the setup caption is text, not an autolink.

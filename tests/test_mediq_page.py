@@ -14,6 +14,7 @@ from medeval_core.benchmarks.mediq.patients import REFUSAL
 from medeval_core.catalog import pages
 from medeval_core.records import RunKind, RunStatus
 from medeval_core.runs import service
+from tests.browser_support import settle
 from tests.fake_openai import FakeOpenAI, RecordedRequest, Reply
 
 PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "mediq" / "page_walkthrough.py")
@@ -124,17 +125,21 @@ def test_mediq_case_in_headless_chromium(streamlit_app, page, artifacts_dir: Pat
     url = streamlit_app()
     page.goto(f"{url}/mediq")
     page.get_by_role("heading", name="Pick a case").wait_for()
+    settle(page)
     page.get_by_role("button", name="Start walkthrough").click()
     page.get_by_text("0 / 10").wait_for()
+    settle(page)
     for number, question in enumerate(("Do you have a fever?", "What is your blood pressure?"), start=1):
         box = page.get_by_label("Your question")
         box.fill(question)
         page.get_by_role("button", name="Ask", exact=True).click()
         page.get_by_text(f"{number} / 10").wait_for()
+        settle(page)
     assert "walkthrough=mediq-" in page.url
     page.reload()
     page.get_by_text("2 / 10").wait_for()
     page.get_by_text("Her blood pressure is 114/82 mmHg.").wait_for()
+    settle(page)
     page.get_by_role("button", name="Choose", exact=True).click()
     page.get_by_role("heading", name="Result").wait_for()
     page.get_by_text("Facts you never uncovered").wait_for()

@@ -22,6 +22,7 @@ from medeval_core.results.reports import SECTIONS, run_report_html
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
 from medeval_core.store import model_backends as registry
+from tests.browser_support import settle
 from tests.fake_openai import FakeOpenAI, Reply
 
 REPO = Path(__file__).resolve().parent.parent
@@ -252,10 +253,11 @@ def test_models_page_registers_a_backend_in_chromium(streamlit_app, page, artifa
         page.get_by_role("textbox", name="Model", exact=True).fill("fake-model")
         page.get_by_role("button", name="Register").click()
         page.get_by_text("Registered local vLLM for chat as its default.").wait_for()
+        settle(page)
         page.get_by_role("button", name="Test").click()
         # The Test's own line; the registration notice above also ends "answered in", from the test before saving.
         page.get_by_text(re.compile(r"^chat: fake-model at .* answered in")).wait_for()
-        page.get_by_role("button", name="Remove").wait_for()  # the rerun has drawn the whole page again
+        settle(page)  # the rerun has drawn the whole page again
         page.screenshot(path=str(artifacts_dir / "models.png"), full_page=True)
         assert len(server.chat_requests()) == 2  # one before saving, one for Test
     [saved] = registry.list_backends(Store(db_url))

@@ -11,6 +11,7 @@ from medeval_core.results.compare import compare_runs, summarize_metrics
 from medeval_core.runs import service
 from medeval_core.settings import load_settings
 from medeval_core.store import Store
+from tests.browser_support import settle
 
 RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
 
@@ -171,6 +172,7 @@ def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     url = streamlit_app(MEDEVAL_DB_URL=db_url, MEDEVAL_BENCHMARKS="tests.support.counting_benchmark")
     page.goto(f"{url}/runs")  # a cold server's first request is a deep link
     page.get_by_role("heading", name="Compare two runs").wait_for()
+    settle(page)
     page.get_by_text("Compare two runs case by case").click()  # drawn on demand
     sidebar = page.get_by_test_id("stSidebar")
     assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
@@ -473,6 +475,7 @@ def test_pareto_by_roles_and_a_worker_error_in_chromium(streamlit_app, page, art
     page.get_by_text("The run stopped with an error").wait_for()  # the newest run, selected on opening
     page.get_by_text("The worker's log (last lines)").wait_for()
     page.get_by_text("RuntimeError: on purpose").last.wait_for()
+    settle(page)
     page.get_by_text("Show plots across runs").click()
     page.get_by_text("Pareto front").wait_for()  # SDBench's metric names, read by their roles
     page.screenshot(path=str(artifacts_dir / "runs_pareto_error.png"), full_page=True)

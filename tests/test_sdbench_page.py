@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from medeval_core import context
 from medeval_core.catalog import pages
 from medeval_core.records import RunKind, RunStatus
+from tests.browser_support import settle
 
 PAGE = str(Path(__file__).resolve().parent.parent / "medeval_core" / "benchmarks" / "sdbench" / "page_walkthrough.py")
 
@@ -111,26 +112,33 @@ def test_walkthrough_in_headless_chromium(streamlit_app, page, artifacts_dir: Pa
     page.goto(url)
     page.get_by_test_id("stSidebarNav").get_by_text("SDBench walkthrough").click()
     page.get_by_role("heading", name="Pick a case").wait_for()
+    settle(page)
     box = page.get_by_label("Search the summaries")
     box.fill("knee")
     box.press("Enter")
     page.get_by_text("cases match.").wait_for()
+    settle(page)
     page.get_by_role("button", name="Start walkthrough").click()
     page.get_by_role("heading", name="Case summary").wait_for()
+    settle(page)
     page.get_by_text("Order tests", exact=True).click()
     page.get_by_placeholder("Complete blood count").wait_for()
+    settle(page)
     area = page.get_by_label("One question or test per line")
     area.fill("Knee X-ray\nMRI knee")
     area.press("Control+Enter")
+    settle(page)
     page.get_by_role("button", name="Send").click()
     page.get_by_test_id("stDataFrame").wait_for()
     page.get_by_text("Test cost").wait_for()
+    settle(page)
     assert page.get_by_test_id("stMetricValue").nth(0).inner_text() == "0"  # tests only: no visit
     assert "walkthrough=sdbench-" in page.url
     page.get_by_text("Commit a diagnosis", exact=True).click()
     diagnosis = page.get_by_label("Diagnosis", exact=True)
     diagnosis.fill("Pes anserine bursitis")
     diagnosis.press("Control+Enter")
+    settle(page)
     page.get_by_role("button", name="Commit diagnosis").click()
     page.get_by_role("heading", name="Result").wait_for()
     page.get_by_text("Reference diagnosis", exact=True).wait_for()

@@ -14,6 +14,7 @@ from medeval_core.context import current_store
 from medeval_core.records import utc_now
 from medeval_core.store.annotation_tables import SignInSessionRow
 from tests.annotation_fixtures import PASSCODES, SeededRuns
+from tests.browser_support import settle
 
 pytest_plugins = ("tests.annotation_seeded",)
 
@@ -22,6 +23,7 @@ SIGN_IN = "Sign in to annotate"
 
 def fill_sign_in(page, name: str) -> None:
     page.get_by_role("heading", name=SIGN_IN).wait_for()
+    settle(page)
     page.get_by_label("Name").fill(name)
     page.get_by_label("Passcode").fill(PASSCODES[name])
     page.get_by_role("button", name="Sign in").click()
@@ -48,6 +50,7 @@ def test_sign_in_survives_reload_and_new_tab_and_keeps_the_deep_link(streamlit_a
     page.goto(f"{url}/ddxplus")
     fill_sign_in(page, "admin.eve")
     page.get_by_role("heading", name="DDXPlus walkthrough").wait_for()
+    settle(page)
     assert page.url.endswith("/ddxplus")
     token = wait_for_cookie(page)
     assert PASSCODES["admin.eve"] not in token  # the browser keeps a random token, never the passcode
@@ -58,6 +61,7 @@ def test_sign_in_survives_reload_and_new_tab_and_keeps_the_deep_link(streamlit_a
 
     page.reload()
     page.get_by_role("heading", name="DDXPlus walkthrough").wait_for()
+    settle(page)
     assert page.get_by_role("heading", name=SIGN_IN).count() == 0
 
     tab = page.context.new_page()
@@ -71,6 +75,7 @@ def test_sign_in_survives_reload_and_new_tab_and_keeps_the_deep_link(streamlit_a
     page.reload()
     fill_sign_in(page, "admin.eve")
     page.get_by_role("heading", name="DDXPlus walkthrough").wait_for()
+    settle(page)
     wait_for_cookie(page)
 
     # Expired: the next load asks again.
@@ -82,11 +87,14 @@ def test_sign_in_survives_reload_and_new_tab_and_keeps_the_deep_link(streamlit_a
     page.reload()
     fill_sign_in(page, "admin.eve")
     page.get_by_role("heading", name="DDXPlus walkthrough").wait_for()
+    settle(page)
     wait_for_cookie(page)
 
     # Signing out ends it in this browser: the cookie is deleted and a reload asks again.
     page.get_by_role("button", name="Sign out").click()
     page.get_by_role("heading", name=SIGN_IN).wait_for()
+    settle(page)
     page.wait_for_function(f"() => !document.cookie.includes('{COOKIE}=')")
     page.reload()
     page.get_by_role("heading", name=SIGN_IN).wait_for()
+    settle(page)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser_support import settle
+
 
 def start(page, url: str, path: str) -> None:
     page.goto(f"{url}/{path}")
     page.get_by_role("button", name="Start walkthrough").click()
     page.get_by_role("button", name="Start walkthrough").wait_for(state="detached")
+    settle(page)
 
 
 @pytest.mark.browser
@@ -24,6 +27,7 @@ def test_sdbench_questions_in_a_row_stay_apart(streamlit_app, page) -> None:
         page.wait_for_function("() => document.querySelector('textarea').value === ''")
         page.get_by_test_id("stDataFrame").wait_for()
         page.get_by_text("Questions in a row").wait_for()
+        settle(page)
         assert area.input_value() == ""
     timeline = page.get_by_test_id("stDataFrame")
     timeline.get_by_text("Does she have ptosis?", exact=True).wait_for(state="attached")
@@ -42,10 +46,12 @@ def test_ddxplus_search_clears_after_each_question(streamlit_app, page) -> None:
         box.fill(search)
         box.press("Enter")
         page.get_by_text("matching)").wait_for()
+        settle(page)
         page.get_by_role("button", name="Ask", exact=True).click()
         page.get_by_text(f"{number} / 30").wait_for()
         page.wait_for_function("() => document.querySelector('input[aria-label=\"Search the questions\"]')"
                                ".value === ''")
+        settle(page)
 
 
 # The open-diagnosis page uses the same clear-on-submit form; it is left out here because opening its case
@@ -60,6 +66,7 @@ def test_dialogue_questions_clear_after_ask(streamlit_app, page, path: str) -> N
         box.fill(question)
         page.get_by_role("button", name="Ask", exact=True).click()
         page.get_by_test_id("stChatMessage").nth(2 * number - 1).wait_for()
+        settle(page)
         assert box.input_value() == ""
     messages = page.get_by_test_id("stChatMessage")
     assert messages.nth(0).inner_text().strip().endswith("Do you have a fever?")
