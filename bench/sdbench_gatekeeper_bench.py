@@ -178,6 +178,8 @@ def baseline_modules(commit: str) -> ModuleType:
                                  f"{commit}:medeval_core/benchmarks/sdbench/{name}.py"],
                                 check=True, capture_output=True, text=True).stdout
         source = source.replace("medeval_core.benchmarks.sdbench.catalog", "sdbench_baseline_catalog")
+        # the encoder's module before the core was regrouped (issue 21)
+        source = source.replace("medeval_core.embeddings import", "medeval_core.models.embeddings import")
         path = folder / f"sdbench_baseline_{name}.py"
         path.write_text(source, encoding="utf-8")
         spec = importlib.util.spec_from_file_location(f"sdbench_baseline_{name}", path)
