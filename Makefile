@@ -56,6 +56,8 @@ $(STAMP): $(UV_STAMP) requirements.txt requirements-dev.txt
 		-r requirements-dev.txt
 	# The ICD-9 mapper's vocabulary, built once here so the first mapping reads a file (medeval_core/vocabularies/icd9_vocabulary.py)
 	$(BIN)/python -m medeval_core.vocabularies.icd9_vocabulary
+	# The sentence encoder's ONNX graph, exported once from the installed weights, so a query loads no torch (medeval_core/models/embeddings.py)
+	$(BIN)/python -m medeval_core.models.embeddings
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -11,11 +11,13 @@ across cases, as an expert's do. Two ways of asking:
   later question is its own encoder call unless it was seen before.
 
 Each round times, one after the other, each way through the patient (a new ``FactSelectPatient`` per case, the
-remembered vectors cleared first) and its baseline: ``SentenceTransformer.encode`` of the same texts in the same
+remembered vectors cleared first) and its baselines, the encoders alone (``ENCODERS``) on the same texts in the same
 calls (one call of facts and questions per case; or facts with the first question, then each question alone), at
 the same thread count (one), with no cache. Prints replies/s (min and median over the rounds), the ratio patient /
-encoder alone (about 1.0: the patient adds nothing to the encoder it calls), the CPU time per reply (what a shared
-machine's load does not change), and the fixed cost of the first case (loading the encoder). Target: replay >= 50
+encoder alone (about 1.0: the patient adds nothing to the encoder it calls) and patient / torch encoder alone (the
+wheel's model through sentence-transformers, the encoder before the ONNX graph, same calls and thread), the CPU time
+per reply (what a shared machine's load does not change), and the fixed cost of the first case (loading the
+encoder). Target: replay >= 50
 replies/s.
 
 Run: MEDEVAL_DATA_DIR=../shared/data .venv/bin/python bench/mediq_patient_bench.py [--cases 200] [--rounds 3]
@@ -72,20 +74,36 @@ def patient_pass(cases: list[MediqCase], questions: list[list[str]], replay: boo
     return replies
 
 
-def encoder_pass(cases: list[MediqCase], questions: list[list[str]], replay: bool) -> int:
-    """The same texts through ``SentenceTransformer.encode`` directly, in the calls the patient makes."""
+def onnx_encoder() -> Callable[[list[str]], object]:
+    """medeval's encoder (``embeddings.encode``: the ONNX graph under onnxruntime) without the patient's memo."""
+    from medeval_core.models.embeddings import encode
+
+    return encode
+
+
+def torch_encoder() -> Callable[[list[str]], object]:
+    """The encoder before issue 20's ONNX graph: the wheel's model through ``SentenceTransformer.encode`` (torch)."""
     import torch
 
-    from medeval_core.models.embeddings import _encoder
+    from medeval_core.models.embeddings import _sentence_transformer
 
-    encoder = _encoder()
+    encoder = _sentence_transformer()
     torch.set_num_threads(1)
 
-    def run(texts: list[str]) -> None:
+    def run(texts: list[str]) -> object:
         with torch.inference_mode():
-            encoder.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64,
-                           show_progress_bar=False)
+            return encoder.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64,
+                                  show_progress_bar=False)
 
+    return run
+
+
+ENCODERS = {"encoder alone": onnx_encoder, "torch encoder alone": torch_encoder}
+
+
+def encoder_pass(cases: list[MediqCase], questions: list[list[str]], replay: bool,
+                 run: Callable[[list[str]], object]) -> int:
+    """The same texts through an encoder directly (``ENCODERS``), in the calls the patient makes."""
     replies = 0
     for case, asked in zip(cases, questions, strict=True):
         facts = [case.facts[i] for i in FactSelectPatient(case).allowed]
@@ -122,9 +140,13 @@ def main() -> int:
     patient_pass(cases[:1], questions[:1], replay=False)
     fixed_s = time.perf_counter() - started
 
-    sides = {f"{way} {who}": (lambda who=who, replay=way == "replay":
-                              (patient_pass if who == "patient" else encoder_pass)(cases, questions, replay))
-             for way in ("replay", "interactive") for who in ("patient", "encoder alone")}
+    encoders = {name: make() for name, make in ENCODERS.items()}
+    sides: dict[str, Callable[[], int]] = {}
+    for way in ("replay", "interactive"):
+        replay = way == "replay"
+        sides[f"{way} patient"] = lambda replay=replay: patient_pass(cases, questions, replay)
+        for name, run in encoders.items():
+            sides[f"{way} {name}"] = lambda replay=replay, run=run: encoder_pass(cases, questions, replay, run)
     rates: dict[str, list[float]] = {name: [] for name in sides}
     cpus: dict[str, list[float]] = {name: [] for name in sides}
     for round_number in range(args.rounds):
@@ -142,8 +164,9 @@ def main() -> int:
               f"{statistics.median(cpus[name]) * 1000:.1f} ms CPU per reply "
               f"({1 / statistics.median(cpus[name]):.0f} replies per CPU second)")
     for way in ("replay", "interactive"):
-        ratio = statistics.median(rates[f"{way} patient"]) / statistics.median(rates[f"{way} encoder alone"])
-        print(f"  ratio {way}: patient / encoder alone {ratio:.2f}x")
+        for name in encoders:
+            ratio = statistics.median(rates[f"{way} patient"]) / statistics.median(rates[f"{way} {name}"])
+            print(f"  ratio {way}: patient / {name} {ratio:.2f}x")
     best = statistics.median(rates["replay patient"])
     ok = best >= TARGET_REPLIES_PER_S
     print(f"target replay >= {TARGET_REPLIES_PER_S:.0f} replies/s: {'met' if ok else 'MISSED'} ({best:.1f}); "

@@ -28,6 +28,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_DIR = PROJECT_ROOT / "configs"
 DEFAULT_PROMPTS_DIR = PROJECT_ROOT / "prompts"
 DEFAULT_VAR_DIR = PROJECT_ROOT / "var"
+INSTALLED_DIR = Path(sys.prefix) / "share" / "medeval"
+"""Where ``make install`` writes files built once per environment (the ICD-9 vocabulary, the encoder's ONNX graph), so
+that a first use reads a file even with an empty cache directory."""
 
 
 class SettingsError(ValueError):

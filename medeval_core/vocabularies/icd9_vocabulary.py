@@ -31,7 +31,6 @@ import itertools
 import math
 import pickle
 import re
-import sys
 import threading
 import unicodedata
 from collections import Counter, defaultdict
@@ -44,6 +43,7 @@ import snowballstemmer
 from pydantic import BaseModel, ConfigDict
 
 from medeval_core.data.files import replaced_in_one_step
+from medeval_core.settings import INSTALLED_DIR
 
 TermSource = Literal["exact", "synonym", "crosswalk"]
 # Equal matches go to the 2015 list's own title first, then to ICD-10-CM's other names, then to its titles.
@@ -168,9 +168,6 @@ def term(text: str, code: str, source: TermSource, listed_under: str, above: tup
     situation = {word for name in (essential, *above) for word in name_words(name) if word in SITUATION_WORDS}
     return Term(text=text, code=code, source=source, listed_under=listed_under, words=words,
                 optional=tuple(word for word in optional if word not in words), situation=tuple(sorted(situation)))
-
-
-INSTALLED_DIR = Path(sys.prefix) / "share" / "medeval"
 
 
 def vocabulary_path(directory: Path) -> Path:

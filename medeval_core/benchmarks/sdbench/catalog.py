@@ -114,11 +114,14 @@ def name_key(text: str) -> frozenset[str]:
     return frozenset(kept)
 
 
+# Every modality word in one pattern, as whole words: one scan of a name instead of one search per word (no word
+# starts another's match: "x ray" is the only one of two words).
+_MODALITY_WORDS = re.compile(r"\b(?:" + "|".join(map(re.escape, _MODALITIES)) + r")\b")
+
+
 def modalities(text: str) -> frozenset[str]:
     """The imaging modalities a name mentions (``chest x-ray`` -> {radiograph})."""
-    words = plain(text)
-    found = {modality for word, modality in _MODALITIES.items() if re.search(rf"\b{word}\b", words)}
-    return frozenset(found)
+    return frozenset(_MODALITIES[word] for word in _MODALITY_WORDS.findall(plain(text)))
 
 
 def guess_kind(text: str) -> Kind:
@@ -149,7 +152,7 @@ class TestVocabulary(BaseModel):
     dropped: list[str] = Field(default_factory=list)
     names: dict[str, list[str]] = Field(default_factory=dict)
     panels: dict[str, list[str]] = Field(default_factory=dict)
-    _stems: list[tuple[str, str]] = PrivateAttr(default_factory=list)
+    _stem: re.Pattern[str] | None = PrivateAttr(default=None)
     _phrases: dict[str, str] = PrivateAttr(default_factory=dict)
     _sites: dict[str, str] = PrivateAttr(default_factory=dict)
     _phrase: re.Pattern[str] | None = PrivateAttr(default=None)
@@ -157,23 +160,21 @@ class TestVocabulary(BaseModel):
     _drop: re.Pattern[str] | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any) -> None:
-        self._stems = sorted(self.spelling.items(), key=lambda item: -len(item[0]))
+        # the spellings at the start of a word, longest first ("haemat" before "haem")
+        stems = sorted(map(re.escape, self.spelling), key=lambda stem: -len(stem))
+        self._stem = re.compile(r"\b(?:" + "|".join(stems) + ")") if stems else None
         self._phrases = {plain(k): v for k, v in self.phrases.items()}
         self._sites = {plain(k): v for k, v in self.imaging_sites.items()}
         self._phrase = _whole_words(list(self._phrases))
         self._site = _whole_words(list(self._sites))
         self._drop = _whole_words(self.dropped)
 
-    def _respell(self, word: str) -> str:
-        for stem, replacement in self._stems:
-            if word.startswith(stem):
-                return replacement + word[len(stem):]
-        return word
-
     def rewritten(self, name: str) -> str:
         """``name`` with the catalogue's spellings, phrases and body sites, every word kept (what is encoded:
         "full blood picture" keeps the "full" that tells it from a blood film)."""
-        text = " ".join(self._respell(word) for word in plain(name).split())
+        text = plain(name)
+        if self._stem is not None:
+            text = self._stem.sub(lambda m: self.spelling[m.group(0)], text)
         if self._phrase is not None:
             text = self._phrase.sub(lambda m: self._phrases[m.group(0)], text)
         if self._site is not None and modalities(text):
@@ -252,6 +253,7 @@ class TestCatalog:
         self._parts: dict[str, frozenset[str]] = {}
         for panel, parts in self.vocabulary.panels.items():
             self._parts[panel] = frozenset(parts)
+        self._holders_by_name: dict[str, frozenset[str]] = {}
         self._vectors: Any = None
         self._lock = threading.Lock()
 
@@ -275,6 +277,14 @@ class TestCatalog:
         panel all of whose tests it reports (a metabolic panel holds the electrolytes)."""
         return entry == panel or entry.name in self.parts(panel) or (
             bool(self.parts(entry)) and self.parts(entry) <= self.parts(panel))
+
+    def _holders(self, entry: CatalogEntry) -> frozenset[str]:
+        """The names of the entries that hold ``entry`` (``holds``), worked out once per entry."""
+        found = self._holders_by_name.get(entry.name)
+        if found is None:
+            found = frozenset(panel.name for panel in self.entries if self.holds(panel, entry))
+            self._holders_by_name[entry.name] = found
+        return found
 
     def resolve(self, name: str) -> CatalogEntry | None:
         """``name`` as one catalogue entry without embeddings: exactly, else an order that lists tests of one
@@ -302,7 +312,8 @@ class TestCatalog:
         named = {entry.name: entry for entry in found}
         if len(named) <= 1:
             return next(iter(named.values()), None)
-        holding = [panel for panel in self.entries if all(self.holds(panel, entry) for entry in named.values())]
+        holding_all = frozenset.intersection(*(self._holders(entry) for entry in named.values()))
+        holding = [panel for panel in self.entries if panel.name in holding_all]
         return min(holding, key=lambda panel: len(self.parts(panel)), default=None)
 
     def names(self) -> list[str]:
@@ -325,12 +336,14 @@ class TestCatalog:
         """``name`` as a catalogue entry: exactly, else the most similar name at or above ``threshold`` whose
         imaging modality agrees; None when nothing qualifies. ``vector``: ``name``'s embedding when already
         computed (a turn's orders are encoded together)."""
+        import numpy as np
+
         entry = self.resolve(name)
         if entry is not None:
             return CatalogMatch(entry=entry, method="alias", matched=entry.name)
         scores = self._name_vectors() @ (vector if vector is not None else embed([self.vocabulary.rewritten(name)])[0])
         wanted = modalities(name) or modalities(self.vocabulary.rewritten(name))
-        for index in sorted(range(len(self._names)), key=lambda i: -float(scores[i]))[:5]:
+        for index in map(int, np.argsort(-scores, kind="stable")[:5]):
             if float(scores[index]) < threshold:
                 break
             candidate_name, candidate = self._names[index]

@@ -278,7 +278,10 @@ class OfflineGatekeeper:
             for area, entries in (("history", findings.history), ("examination", findings.examination))
             for section, text in entries.items() for sentence in _sentences(text)
         ]
-        # Each test's and panel line's catalogue entry, looked up once per case (None: a name the catalogue lacks).
+        # Each test's and panel line's word set and catalogue entry, worked out once per case, not per order
+        # (entry None: a name the catalogue lacks).
+        self._test_keys = [name_key(candidate.label) for candidate in self.tests]
+        self._component_keys = [name_key(candidate.label) for candidate in self.components]
         self._entries = [catalog.exact(candidate.label) for candidate in self.tests]
         self._component_entries = [catalog.exact(candidate.label) for candidate in self.components]
         self._entries_by_embedding: list[CatalogEntry | None] | None = None
@@ -335,11 +338,11 @@ class OfflineGatekeeper:
         """The answer found without encoding the order: the case's own name, a refusal, or, for an order the
         vocabulary names, the case's result of that test or that test's normal result."""
         key = name_key(request)
-        for candidate in self.tests:
-            if name_key(candidate.label) == key:
+        for candidate, candidate_key in zip(self.tests, self._test_keys, strict=True):
+            if candidate_key == key:
                 return self._real(request, candidate)
-        for candidate in self.components:
-            if name_key(candidate.label) == key and _same_specimen(request, candidate):
+        for candidate, candidate_key in zip(self.components, self._component_keys, strict=True):
+            if candidate_key == key and _same_specimen(request, candidate):
                 return self._real(request, candidate)
         if is_vague(request):
             return Answer(request=request, text=REFUSAL.format(request=request), source="REFUSED")
