@@ -314,7 +314,6 @@ class EmbeddingIndex:
         ]
 
 
-
 def install() -> Path:
     """``make install``: the ONNX graph beside the installed packages, exported unless a readable one is there."""
     target = onnx_path(INSTALLED_DIR)
