@@ -26,8 +26,9 @@ def bind_keys(bindings: dict[str, str]) -> None:
 
     A click reruns the page, and until the rerun has drawn the next criterion the buttons on screen are the answered
     one's: a key pressed in that moment (a fast typist's next answer) waits. Each rerun's listener presses at most
-    one waiting key, and only once the page has finished running: a click made while Streamlit still runs the
-    script can be dropped, and an answer typed must never be."""
+    one waiting key, and only once the page has finished running (Streamlit's script state, not its running icon,
+    which shows half a second late): a click made while Streamlit still runs the script can be dropped, and an
+    answer typed must never be."""
     # The component is drawn anew on every run (a counter in its text), so that each rerun's listener takes over.
     st.session_state[_RUNS] = st.session_state.get(_RUNS, 0) + 1
     # "<" escaped so that no criterion an administrator typed can close the script element.
@@ -38,7 +39,14 @@ const page = window.parent;
 const targets = {targets};
 const keys = page.medevalShortcuts || (page.medevalShortcuts = {{waiting: [], pressedIn: 0, pressedAt: 0}});
 const ANSWER_MS = 10000;  // a rerun that never draws this component again (an error) does not hold keys longer
-const running = () => page.document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') !== null;
+// Streamlit's own state of the script, set the moment a run starts; its running icon shows only 500 ms into a run,
+// and a key pressed in those 500 ms clicked a button while the script ran (a click Streamlit can drop).
+const RUNNING_STATES = ["running", "rerunRequested", "stopRequested"];
+const running = () => {{
+  const app = page.document.querySelector('[data-testid="stApp"]');
+  return RUNNING_STATES.includes(app && app.getAttribute("data-test-script-state"))
+    || page.document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') !== null;
+}};
 if (keys.listener) page.document.removeEventListener("keydown", keys.listener);
 const press = (key) => {{
   // Streamlit's class for a keyed widget: "st-key-" and the key with every other character made "-".
