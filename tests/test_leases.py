@@ -1,4 +1,4 @@
-"""Case leases and workers, on SQLite and PostgreSQL: claims expire, heartbeats keep them, expired ones are taken
+"""Case claims and workers, on SQLite and PostgreSQL: claims expire, heartbeats keep them, expired ones are taken
 over; concurrent claims never overlap; worker processes (detached, several at once, one SIGKILLed) leave exactly
 one result per case; a run whose workers died shows as interrupted and resumes."""
 
@@ -78,7 +78,7 @@ def test_a_claim_expires_a_heartbeat_keeps_it_and_an_expired_one_is_taken_over(d
     assert store.claim_cases("r", "e", keys, 10, lease_s=30) == []
     # Done with the results, in one transaction: never claimable again, even after its claim expired.
     store.save_case_records(
-        [service_records("r", case_id) for _, case_id, _ in kept], leases=[lease for lease, _, _ in kept])
+        [service_records("r", case_id) for _, case_id, _ in kept], done_claims=[claim for claim, _, _ in kept])
     time.sleep(0.45)
     assert store.claim_cases("r", "f", keys, 10, lease_s=30) == []
     assert store.queued_cases("r") == 4
@@ -147,49 +147,52 @@ def test_claims_take_whole_claim_groups_so_no_two_workers_share_a_batch(db_url: 
         assert all(not batches & other for other_name, other in batches_of.items() if other_name != name)
 
 
-def lease_rows(store: Store, run_id: str = "r") -> list[tuple[str, int]]:
-    """The run's lease rows, (case id, repetition), in queue order."""
+def claim_ranges(store: Store, run_id: str = "r") -> list[tuple[int, int]]:
+    """The run's claims, (start, stop) of the queue, in queue order."""
     with store.engine.connect() as connection:
         return [(row[0], row[1]) for row in connection.execute(text(
-            "SELECT case_id, repetition FROM case_leases WHERE run_id = :run ORDER BY id"), {"run": run_id})]
+            "SELECT start, stop FROM case_claims WHERE run_id = :run ORDER BY start"), {"run": run_id})]
 
 
 @pytest.fixture
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Claims write 10 keys' rows at a time, so a few dozen cases cross several chunk boundaries."""
-    monkeypatch.setattr(store_module, "QUEUE_CHUNK", 10)
+def small_scans(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A claim checks 10 keys for finished results at a time, so a few dozen cases cross several scans."""
+    monkeypatch.setattr(store_module, "SCAN_CHUNK", 10)
     return 10
 
 
-def test_a_new_wave_writes_no_lease_rows_yet_counts_every_key(db_url: str, small_chunks: int) -> None:
+def test_a_new_wave_writes_no_row_yet_counts_every_key_and_a_claim_is_one_row(db_url: str) -> None:
     store = Store(db_url)
     keys = queued_run(store, 50, repetitions=2)
-    assert lease_rows(store) == [] and store.queued_cases("r") == 100
+    assert claim_ranges(store) == [] and store.queued_cases("r") == 100
+    assert store.get_run("r").queue_has_finished is False  # nothing to look for ahead of the claims
     claimed = store.claim_cases("r", "a", keys, 3, lease_s=30)
     assert [(c, rep) for _, c, rep in claimed] == [("case-0000", 0), ("case-0001", 0), ("case-0002", 0)]
-    assert len(lease_rows(store)) == small_chunks and store.queued_cases("r") == 100  # claimed is not done
-    store.save_case_records([service_records("r", c) for _, c, _ in claimed], leases=[i for i, _, _ in claimed])
+    assert claim_ranges(store) == [(0, 3)] and store.queued_cases("r") == 100  # claimed is not done
+    store.save_case_records([service_records("r", c) for _, c, _ in claimed], done_claims=[claimed[0][0]])
     assert store.queued_cases("r") == 97
 
 
-def test_claims_across_chunks_give_every_key_once_in_queue_order(db_url: str, small_chunks: int) -> None:
+def test_claims_give_every_key_once_in_queue_order_in_ranges_that_tile_the_queue(db_url: str) -> None:
     store = Store(db_url)
-    keys = queued_run(store, 75, repetitions=2)  # 150 keys: 15 chunks, claims of 7 straddle their boundaries
+    keys = queued_run(store, 75, repetitions=2)  # 150 keys: claims of 7 straddle the repetitions
     claimed = claim_concurrently(db_url, keys, workers=4, limit=7)
     every_key = [(c, rep) for c, rep, _ in keys.slice(0, len(keys))]
-    assert lease_rows(store) == every_key  # rows written in queue order, each key once
+    ranges = claim_ranges(store)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(every_key)
+    assert all(stop == following for (_, stop), (following, _) in zip(ranges, ranges[1:]))  # no gap, no overlap
     handed_out = [(c, rep) for mine in claimed.values() for _, c, rep in mine]
     assert sorted(handed_out) == sorted(every_key)  # each claimed exactly once
     assert sum(bool(mine) for mine in claimed.values()) >= 2
     for mine in claimed.values():  # each worker's claims follow the queue
-        assert [lease for lease, _, _ in mine] == sorted(lease for lease, _, _ in mine)
+        assert [claim for claim, _, _ in mine] == sorted(claim for claim, _, _ in mine)
     assert store.queued_cases("r") == len(every_key)  # claimed, none done
 
 
-def test_a_resume_writes_rows_only_for_keys_without_a_finished_result(db_url: str, small_chunks: int) -> None:
+def test_a_resume_claims_only_keys_without_a_finished_result(db_url: str, small_scans: int) -> None:
     store = Store(db_url)
     store.create_run(RunConfig(benchmark="t"), run_id="r", expected_cases=40)
-    ok = {3, 7, *range(10, 20)}  # one whole chunk (10-19) finished: a chunk that writes no row at all
+    ok = {3, 7, *range(10, 20)}  # scans of 12, 10 and 10 keys: the second finds only 20 and 21
     failed = {5, 25}
     store.save_case_records(
         [service_records("r", f"case-{i:04d}") for i in sorted(ok)]
@@ -197,46 +200,63 @@ def test_a_resume_writes_rows_only_for_keys_without_a_finished_result(db_url: st
                                          error="boom")) for i in sorted(failed)])
     keys = QueueKeys([case.case_id for case in make_cases(40)], 1)
     assert store.join_run("r", a_worker("r", "starter"), keys, {"status": RunStatus.RUNNING})
+    assert store.get_run("r").queue_has_finished
     first = store.claim_cases("r", "a", keys, 12, lease_s=30)
     todo = [f"case-{i:04d}" for i in range(40) if i not in ok]
-    assert [c for _, c, _ in first] == todo[:12]  # across the finished chunk; failed case 5 is retried
+    assert [c for _, c, _ in first] == todo[:12]  # across the finished scan; failed case 5 is retried
     rest = store.claim_cases("r", "a", keys, 100, lease_s=30)
     assert [c for _, c, _ in first + rest] == todo
-    assert [c for c, _ in lease_rows(store)] == todo
+    assert claim_ranges(store) == [(0, 24), (24, 40)]
     assert store.claim_cases("r", "b", keys, 100, lease_s=30) == []
 
 
-def test_grouped_claims_write_the_whole_queue_so_no_group_is_split(db_url: str, small_chunks: int) -> None:
+def test_a_claim_taken_over_skips_what_its_first_holder_finished(db_url: str) -> None:
     store = Store(db_url)
-    keys = queued_run(store, 40, group_size=6)  # groups straddle the 10-key chunk boundaries
+    keys = queued_run(store, 8)
+    first = store.claim_cases("r", "a", keys, 5, lease_s=0.3)
+    store.save_case_records([service_records("r", c) for _, c, _ in first[:2]])  # a finished two, then died
+    time.sleep(0.35)
+    taken = store.claim_cases("r", "b", keys, 10, lease_s=30)
+    assert [c for _, c, _ in taken] == ["case-0002", "case-0003", "case-0004"]  # the same claim, less the two
+    assert {claim for claim, _, _ in taken} == {first[0][0]}
+    store.save_case_records([service_records("r", c) for _, c, _ in first[2:]], done_claims=[first[0][0]])
+    store.release_cases("a")  # a claim done is not given back
+    assert [c for _, c, _ in store.claim_cases("r", "c", keys, 10, lease_s=30)] == ["case-0005", "case-0006",
+                                                                                   "case-0007"]
+    assert store.queued_cases("r") == 3
+
+
+def test_grouped_claims_extend_to_the_end_of_their_last_group(db_url: str) -> None:
+    store = Store(db_url)
+    keys = queued_run(store, 40, group_size=6)  # groups straddle the 10-key scans
     first = store.claim_cases("r", "a", keys, 3, lease_s=30, grouped=True)
-    assert len(lease_rows(store)) == 40
     assert [c for _, c, _ in first] == [f"case-{i:04d}" for i in range(6)]
     second = store.claim_cases("r", "b", keys, 5, lease_s=30, grouped=True)
     assert [c for _, c, _ in second] == [f"case-{i:04d}" for i in range(6, 12)]  # the group over keys 10-11 too
+    assert claim_ranges(store) == [(0, 6), (6, 12)]
 
 
-def test_a_drained_finish_waits_for_keys_without_rows(db_url: str, small_chunks: int) -> None:
+def test_a_drained_finish_waits_for_unclaimed_keys(db_url: str) -> None:
     store = Store(db_url)
     keys = queued_run(store, 25)
 
     def claim_and_finish(limit: int) -> None:
         batch = store.claim_cases("r", "a", keys, limit, lease_s=30)
-        store.save_case_records([service_records("r", c) for _, c, _ in batch], leases=[i for i, _, _ in batch])
+        store.save_case_records([service_records("r", c) for _, c, _ in batch], done_claims=[batch[0][0]])
 
     claim_and_finish(10)
-    assert store.queued_cases("r") == 15  # no undone row, 15 keys without one
+    assert store.queued_cases("r") == 15  # no undone claim, 15 keys unclaimed
     assert not store.finish_run("r", lambda: {"status": RunStatus.COMPLETED}, when="drained")
     claim_and_finish(100)
     assert store.finish_run("r", lambda: {"status": RunStatus.COMPLETED}, when="drained")
     run = store.get_run("r")
     assert run.status == RunStatus.COMPLETED and (run.queue_total, run.queue_cursor) == (None, None)
-    assert lease_rows(store) == [] and store.queued_cases("r") == 0
+    assert claim_ranges(store) == [] and store.queued_cases("r") == 0
     assert len(store.results("r")) == 25
 
 
-def test_a_run_over_many_chunks_completes_each_case_once(db_url: str, small_chunks: int) -> None:
-    """The runner through the lazily written queue: two executions at once, three threads each, 2 repetitions."""
+def test_a_run_over_many_claims_completes_each_case_once(db_url: str) -> None:
+    """The runner through ranged claims: two executions at once, three threads each, 2 repetitions."""
     store = Store(db_url)
     store.create_run(RunConfig(benchmark="t"), run_id="r", expected_cases=120)
     calls: list[tuple[str, int]] = []
@@ -265,14 +285,14 @@ def test_a_run_over_many_chunks_completes_each_case_once(db_url: str, small_chun
 
 
 def test_storing_results_does_not_wait_for_the_runs_lock(postgres_url: str) -> None:
-    """The run's lock (a chunk being written, a join, a finish) must not hold up workers storing results: their
+    """The run's lock (a new claim, a join, a finish) must not hold up workers storing results: their
     foreign key check locks the run's row too (KEY SHARE), which FOR UPDATE would block."""
     store, other = Store(postgres_url), Store(postgres_url)
     keys = queued_run(store, 3)
     claimed = store.claim_cases("r", "a", keys, 3, lease_s=30)
     with other._write_transaction(lock_run="r"):
         saver = threading.Thread(target=store.save_case_records, args=(
-            [service_records("r", c) for _, c, _ in claimed], [i for i, _, _ in claimed]))
+            [service_records("r", c) for _, c, _ in claimed], [claimed[0][0]]))
         saver.start()
         saver.join(timeout=5)
         stored_while_locked = not saver.is_alive()
@@ -439,8 +459,8 @@ def test_three_workers_one_sigkilled_leave_exactly_one_result_per_case(postgres_
     assert processes[0].pid not in {w.pid for w in store.live_workers(run_id)}
     with store.engine.connect() as connection:
         held = connection.execute(text(
-            "SELECT count(*) FROM case_leases JOIN run_workers ON run_workers.id = case_leases.worker_id "
-            "WHERE run_workers.pid = :pid AND NOT case_leases.done"), {"pid": processes[0].pid}).scalar()
+            "SELECT count(*) FROM case_claims JOIN run_workers ON run_workers.id = case_claims.worker_id "
+            "WHERE run_workers.pid = :pid AND NOT case_claims.done"), {"pid": processes[0].pid}).scalar()
     assert held, "the kill must land while the worker holds claims"
     for process in processes[1:]:
         _, stderr = process.communicate(timeout=120)

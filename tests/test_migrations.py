@@ -2,14 +2,16 @@
 every row kept, a new one is created at head, and the migrations end at exactly the models' schema."""
 
 import json
+import os
 import sqlite3
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from medeval_core.records import CaseRecords, CaseResult, CaseStatus, ModelCall, RunKind
+from medeval_core.records import CaseRecords, CaseResult, CaseStatus, ModelCall, RunKind, utc_now
 from medeval_core.store import SQLModel, Store, upgrade
 from medeval_core.store.migrations import BASELINE, HEAD, MIGRATIONS_DIR, alembic_config
 
@@ -32,9 +34,9 @@ def table_rows(url: str, table: str) -> list[tuple]:
     return rows
 
 
-def database_with_a_running_run(db_url: str, revision: str, rows: str) -> None:
-    """The database at ``revision`` with one run, 'old', left running by that version, and its ``rows`` (an
-    INSERT statement)."""
+def database_with_a_running_run(db_url: str, revision: str, rows: str | list[str]) -> None:
+    """The database at ``revision`` with one run, 'old', left running by that version, and its ``rows`` (INSERT
+    or UPDATE statements)."""
     from alembic import command
 
     command.upgrade(alembic_config(url=db_url), revision)
@@ -43,7 +45,8 @@ def database_with_a_running_run(db_url: str, revision: str, rows: str) -> None:
         connection.execute(text(
             "INSERT INTO runs (id, benchmark, label, kind, status, config, settings_hash, versions, summary, "
             "created_at) VALUES ('old', 'demo', '', 'batch', 'running', '{}', '', '{}', '{}', '2026-01-01')"))
-        connection.execute(text(rows))
+        for statement in [rows] if isinstance(rows, str) else rows:
+            connection.execute(text(statement))
     engine.dispose()
 
 
@@ -161,8 +164,8 @@ def test_the_migrations_render_for_postgresql(capsys: pytest.CaptureFixture[str]
 
 
 def test_a_database_at_0002_is_upgraded_to_case_leases_keeping_its_rows(db_url: str) -> None:
-    """0003_case_leases on SQLite and PostgreSQL: a store from before the leases keeps every run and result, gets
-    the lease and worker tables, and its runs can be worked on by workers."""
+    """0003_case_leases (and on to ranged claims) on SQLite and PostgreSQL: a store from before the leases keeps
+    every run and result, gets the claim and worker tables, and its runs can be worked on by workers."""
     from medeval_core.records import RunStatus
 
     database_with_a_running_run(
@@ -173,7 +176,7 @@ def test_a_database_at_0002_is_upgraded_to_case_leases_keeping_its_rows(db_url: 
 
     store = Store(db_url)
     assert store.schema_action == "upgraded"
-    assert {"case_leases", "run_workers"} <= set(inspect(store.engine).get_table_names())
+    assert {"case_claims", "run_workers"} <= set(inspect(store.engine).get_table_names())
     assert table_rows(db_url, "case_results") == before
     assert schema_differences(db_url) == []
     # A run the old version left "running" shows as interrupted (no worker alive), and a worker takes it up.
@@ -202,34 +205,48 @@ def test_the_migrations_build_exactly_the_models_schema_on_each_database(db_url:
     store.engine.dispose()
 
 
-def upgraded_keeping(db_url: str, revision: str, statement: str, table: str) -> Store:
+def upgraded_keeping(db_url: str, revision: str, statement: str | list[str], table: str) -> Store:
     """A database at ``revision`` with a running run (and ``statement`` run in it), opened by this version: it is
-    upgraded to the current schema with every row of ``table`` kept."""
+    upgraded to the current schema with every row of ``table`` kept (each value of every column it had)."""
     database_with_a_running_run(db_url, revision, statement)
     before = table_rows(db_url, table)
     store = Store(db_url)
     assert store.schema_action == "upgraded"
     assert schema_differences(db_url) == []
-    assert table_rows(db_url, table) == before
+    after = table_rows(db_url, table)
+    # Columns added since ``revision`` come after the ones the rows had.
+    assert [row[:len(kept)] for row, kept in zip(after, before, strict=True)] == before
     return store
 
 
-def test_a_database_at_0006_is_upgraded_to_lazy_queues_keeping_a_wave_in_progress(db_url: str) -> None:
-    """0007_lazy_queue on SQLite and PostgreSQL: a wave opened by the previous version (every lease row written,
-    no queue length) goes on as it was: its undone rows are what is queued, and a claim writes no rows for it."""
-    from medeval_core.store import QueueKeys
+def test_a_database_at_0011_is_upgraded_to_ranged_claims_closing_a_wave_and_keeping_its_results(db_url: str) -> None:
+    """0012_ranged_claims on SQLite and PostgreSQL: the lease table goes, a wave left open by the previous version
+    (its workers stopped) is closed with every result kept, a resume opens a new wave that claims only the
+    unfinished cases, and a downgrade brings the lease table back, empty."""
+    from alembic import command
+
+    from medeval_core.store import QueueKeys, RunWorkerRow
 
     store = upgraded_keeping(
-        db_url, "0006_annotations",
-        "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) VALUES "
-        "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 0, false)", "case_leases")
+        db_url, "0011_generic_cache",
+        ["UPDATE runs SET queue_total = 3, queue_cursor = 3 WHERE id = 'old'",
+         "INSERT INTO case_leases (run_id, case_id, repetition, attempts, done) VALUES "
+         "('old', 'c1', 0, 1, true), ('old', 'c2', 0, 1, false), ('old', 'c3', 0, 0, false)",
+         "INSERT INTO case_results (run_id, case_id, repetition, status, output, metrics, scores) VALUES "
+         "('old', 'c1', 0, 'ok', '{}', '{}', '{}')"], "case_results")
+    tables = set(inspect(store.engine).get_table_names())
+    assert "case_leases" not in tables and "case_claims" in tables
     run = store.get_run("old")
-    assert (run.queue_total, run.queue_cursor) == (None, None)
-    assert store.queued_cases("old") == 1
-    keys = QueueKeys(["c1", "c2", "c3"], 1)  # c3 was not in the old wave: it stays for the next one
-    assert [case_id for _, case_id, _ in store.claim_cases("old", "w", keys, 10, lease_s=30)] == ["c2"]
-    assert len(table_rows(db_url, "case_leases")) == 2
+    assert (run.queue_total, run.queue_cursor) == (None, None) and store.queued_cases("old") == 0
+    keys = QueueKeys(["c1", "c2", "c3"], 1)
+    now = utc_now()
+    worker = RunWorkerRow(id="w", run_id="old", host="test", pid=os.getpid(), started_at=now, heartbeat_at=now,
+                          expires_at=now + timedelta(seconds=30))
+    assert store.join_run("old", worker, keys, {"status": "running"})
+    assert [case_id for _, case_id, _ in store.claim_cases("old", "w", keys, 10, lease_s=30)] == ["c2", "c3"]
     store.engine.dispose()
+    command.downgrade(alembic_config(url=db_url), "0011_generic_cache")
+    assert table_rows(db_url, "case_leases") == [] and len(table_rows(db_url, "case_results")) == 1
 
 
 def test_a_database_at_0007_is_upgraded_to_judge_budgets_keeping_its_rows(db_url: str) -> None:

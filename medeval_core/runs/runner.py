@@ -7,10 +7,10 @@ persists them. Finished cases are written in groups: whatever finished within ``
 one transaction holding each case's result, turns, judge attempts and model calls, so a crash (even SIGKILL)
 loses at most that window, which a resume redoes.
 
-Every execution is a *worker* of the run (``Store.join_run``): the run's cases are a queue of leases in the store
-(their rows written a chunk at a time as workers claim); a worker claims a few at a time (``Store.claim_cases``:
-FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite), keeps them with a heartbeat thread, and marks
-them done in the transaction that stores their results.
+Every execution is a *worker* of the run (``Store.join_run``): the run's cases are a queue in the store, claimed in
+ranges (``Store.claim_cases``: a row per claim; FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite);
+a worker keeps its claims with a heartbeat thread and marks one done in the transaction that stores the last of
+its results.
 So two resumes of one run, or workers on many hosts pointed at one database, never run a case twice (a claim of a
 worker that stopped heart-beating expires and is taken by another), and a failed attempt never replaces a good
 result. Every store operation of a worker rides out a database outage (``BatchRunner.db``: retried with backoff up
@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -168,7 +168,9 @@ class _Claims:
         self.find = case_finder(cases)
         self.keys = keys
         self.tally = tally
-        self.lease_of: dict[tuple[str, int], int] = {}
+        self._claim_of: dict[tuple[str, int], int] = {}
+        self._left: Counter[int] = Counter()
+        """Cases of each held claim not yet committed."""
         self._queue: deque[tuple[str, int]] = deque()
         self._empty_until = 0.0
 
@@ -180,12 +182,24 @@ class _Claims:
             size = int(min(runner.max_claim, max(runner.concurrency, rate * runner.claim_target_s)))
             claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
                                 runner.lease_s, grouped=runner.claim_group is not None)
-            for lease_id, case_id, repetition in claimed:
-                self.lease_of[(case_id, repetition)] = lease_id
+            for claim_id, case_id, repetition in claimed:
+                self._claim_of[(case_id, repetition)] = claim_id
+                self._left[claim_id] += 1
                 self._queue.append((case_id, repetition))
             if not claimed:
                 self._empty_until = time.monotonic() + runner.idle_poll_s
         return self._queue.popleft() if self._queue else None
+
+    def completed_by(self, finished: Sequence[CaseRecords]) -> list[int]:
+        """The claims whose last cases are among ``finished``: done once these are stored."""
+        done = []
+        for records in finished:
+            claim_id = self._claim_of.pop(records.key)
+            self._left[claim_id] -= 1
+            if not self._left[claim_id]:
+                del self._left[claim_id]
+                done.append(claim_id)
+        return done
 
 
 class BatchRunner:
@@ -426,10 +440,10 @@ class BatchRunner:
     def _commit(self, run_id: str, unwritten: list[CaseRecords], claims: _Claims, tally: _Tally) -> None:
         if not unwritten:
             return
-        leases = [claims.lease_of.pop(records.key) for records in unwritten]
+        done_claims = claims.completed_by(unwritten)
         # A commit that failed (the database went away) is redone whole when it is back; stored results are
         # re-read first, so a commit that did land is not doubled.
-        written = self.db(self.store.save_case_records, unwritten, leases)
+        written = self.db(self.store.save_case_records, unwritten, done_claims)
         # A case not written was finished by another worker first (its claim had expired); its result stands.
         for records, was_written in zip(unwritten, written, strict=True):
             if was_written:

@@ -28,7 +28,7 @@ from medeval_core.store.results import ResultStore
 from medeval_core.store.runs import new_run_id
 from medeval_core.store.tables import (
     AnnotationRow,
-    CaseLeaseRow,
+    CaseClaimRow,
     CaseResultRow,
     JudgementRow,
     ModelCallRow,
@@ -47,7 +47,7 @@ __all__ = [
     "HOST",
     "AnnotationRow",
     "CacheEntryRow",
-    "CaseLeaseRow",
+    "CaseClaimRow",
     "CaseResultRow",
     "DuplicateResultError",
     "JudgementRow",

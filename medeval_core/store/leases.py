@@ -1,10 +1,9 @@
-"""Case leases and workers: a run's queue of work, claimed by the processes executing it."""
+"""Case claims and workers: a run's queue of work, claimed in ranges by the processes executing it."""
 
 from __future__ import annotations
 
 import os
 import socket
-import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -24,7 +23,7 @@ from medeval_core.records import (
 from medeval_core.store.engine import core_table
 from medeval_core.store.runs import RunStore
 from medeval_core.store.tables import (
-    CaseLeaseRow,
+    CaseClaimRow,
     CaseResultRow,
     RunRow,
     RunWorkerRow,
@@ -33,10 +32,11 @@ from medeval_core.store.tables import (
 
 class LeaseStore(RunStore):
     """Every process executing a run is a worker (a row in run_workers with a heartbeat). The run's work is a queue
-    of lease rows; workers claim rows in queue order, extend their claims with the heartbeat, and mark them done
-    with the results. An expired claim (its worker stopped heart-beating) is claimable again. A wave starts as
-    its length alone (runs.queue_total); claims give its keys rows a chunk at a time (runs.queue_cursor), so a
-    run of 134,529 cases starts without writing 134,529 rows."""
+    of keys (``QueueKeys``) of which a wave records only its length (runs.queue_total) and how far it has been
+    handed out (runs.queue_cursor); a worker claims the next range of keys (a row in case_claims), extends its
+    claims with the heartbeat and marks one done in the transaction that stores the last of its results. An
+    expired claim (its worker stopped heart-beating) is claimable again as a whole. So a run of 134,529 cases
+    starts without writing a row per case, and a thousand fast cases cost one claim row, not a thousand."""
 
     def request_cancel(self, run_id: str) -> RunRow:
         """Ask a running run (in any process) to stop after its in-flight cases; it then marks itself cancelled."""
@@ -50,103 +50,85 @@ class LeaseStore(RunStore):
     def join_run(self, run_id: str, worker: RunWorkerRow, keys: QueueKeys, run_changes: dict[str, Any]) -> bool:
         """Register ``worker`` on the run. When no other worker is alive, start a new wave: the run's queue becomes
         every key of ``keys`` without a finished (ok) result, in that order (failed cases are retried), and
-        ``run_changes`` are applied to the run. The queue is recorded as its length only: ``claim_cases`` writes
-        its lease rows a chunk at a time. Returns whether this worker started the wave (else it joins the wave in
+        ``run_changes`` are applied to the run. The queue is recorded as its length only: finished keys are
+        skipped as they are claimed. Returns whether this worker started the wave (else it joins the wave in
         progress)."""
-        workers, leases, runs = core_table(RunWorkerRow), core_table(CaseLeaseRow), core_table(RunRow)
+        workers, claims, runs = core_table(RunWorkerRow), core_table(CaseClaimRow), core_table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
             alive = _alive_workers(connection, run_id)
             connection.execute(workers.insert(), [worker.model_dump()])
             if alive:
                 return False
-            connection.execute(leases.delete().where(leases.c.run_id == run_id))
+            connection.execute(claims.delete().where(claims.c.run_id == run_id))
+            results = core_table(CaseResultRow)
+            has_finished = connection.execute(select(results.c.id).where(
+                results.c.run_id == run_id, results.c.status == CaseStatus.OK.value).limit(1)).first() is not None
             connection.execute(runs.update().where(runs.c.id == run_id).values(
-                **run_changes, queue_total=len(keys), queue_cursor=0))
+                **run_changes, queue_total=len(keys), queue_cursor=0, queue_has_finished=has_finished))
         return True
 
     def claim_cases(self, run_id: str, worker_id: str, keys: QueueKeys, limit: int, lease_s: float,
                     grouped: bool = False) -> list[tuple[int, str, int]]:
-        """Claim up to ``limit`` queued or expired cases of the run for ``lease_s`` seconds, in queue order:
-        (lease id, case id, repetition); ``grouped``: whole claim groups (the groups of the first ``limit`` free
-        cases, so a claim may hold more). PostgreSQL skips rows another worker is claiming at this moment
-        (FOR UPDATE SKIP LOCKED); SQLite serialises claims (BEGIN IMMEDIATE).
+        """Claim cases of the run for ``lease_s`` seconds, in queue order: (claim id, case id, repetition) each.
+        The first free claim (given back, or expired: its worker stopped heart-beating) is taken whole, less its
+        keys finished meanwhile; when there is none, a new claim takes the next ``limit`` keys without a finished
+        (ok) result from the run's cursor, and with ``grouped`` the rest of the last one's claim group too (a
+        group is consecutive keys: ``QueueKeys``), so no two workers share a group. An empty list: nothing is left
+        to claim now (other workers may still hold cases).
 
-        ``keys`` is the wave's key sequence (every worker of a run loaded the same inputs, so the same sequence):
-        when fewer than ``limit`` cases are free and some keys have no lease row yet, the next chunk of them
-        (``QUEUE_CHUNK`` or ``limit``, whichever is more) gets its rows, less those already finished. Grouped
-        claims write every remaining key at once, so a claim group is never split between rows written and keys
-        not yet written (a claim would take the group's written part and another worker the rest)."""
+        ``keys`` is the wave's key sequence (every worker of a run loaded the same inputs, so the same sequence).
+        PostgreSQL skips a free claim another worker is taking at this moment (FOR UPDATE SKIP LOCKED) and
+        serialises new claims on the run's row lock; SQLite serialises every claim (BEGIN IMMEDIATE)."""
+        claims = core_table(CaseClaimRow)
         now = utc_now()
-        leases = core_table(CaseLeaseRow)
-        is_free = (leases.c.run_id == run_id, leases.c.done == false(),
-                   or_(leases.c.worker_id.is_(None), leases.c.expires_at < now))
-        column = leases.c.claim_group if grouped else leases.c.id
-
-        def pick(connection: Connection) -> list[int]:
-            if grouped:
-                return self._pick_groups(connection, run_id, is_free, limit)
-            return list(connection.execute(select(column).where(*is_free).order_by(leases.c.id).limit(limit)
-                                           .with_for_update(skip_locked=True)).scalars())
-
-        def claim(connection: Connection, picked: list[int]) -> list[tuple[int, str, int]]:
-            if not picked:
-                return []
-            # Two statements, not UPDATE ... WHERE x IN (SELECT ... SKIP LOCKED): PostgreSQL may evaluate that
-            # subquery while the UPDATE already holds rows of a group, skip them as locked and pick more groups.
-            statement = (leases.update().where(*is_free, column.in_(picked))
-                         .values(worker_id=worker_id, expires_at=now + timedelta(seconds=lease_s),
-                                 attempts=leases.c.attempts + 1)
-                         .returning(leases.c.id, leases.c.case_id, leases.c.repetition))
-            return sorted((int(i), case_id, int(rep)) for i, case_id, rep in connection.execute(statement))
-
-        def short(picked: list[int]) -> bool:  # a grouped claim writes every key the first time it is short
-            return grouped or len(picked) < limit
-
-        with self._write_transaction() as connection:
-            picked = pick(connection)
-            if not short(picked) or not _unwritten_keys(connection, run_id):
-                return claim(connection, picked)
-        # Short of free cases while keys wait: write more rows, serialised by the run's lock. A transaction of
-        # its own, since the run's lock must come before any lease row's (join_run and finish_run take them in
-        # that order), and the claim above already holds some.
-        chunk = len(keys) if grouped else max(limit, QUEUE_CHUNK)
+        expires = now + timedelta(seconds=lease_s)
+        is_free = (claims.c.run_id == run_id, claims.c.done == false(),
+                   or_(claims.c.worker_id.is_(None), claims.c.expires_at < now))
+        while True:
+            with self._write_transaction() as connection:
+                free = connection.execute(
+                    select(claims.c.id, claims.c.start, claims.c.stop).where(*is_free).order_by(claims.c.start)
+                    .limit(1).with_for_update(skip_locked=True)).first()
+                if free is None:
+                    break
+                todo = _unfinished(connection, run_id, keys.slice(free.start, free.stop))
+                connection.execute(claims.update().where(claims.c.id == free.id).values(
+                    worker_id=worker_id, expires_at=expires, attempts=claims.c.attempts + 1, done=not todo))
+            if todo:
+                return [(free.id, case_id, repetition) for case_id, repetition in todo]
+        # A new claim moves the run's cursor: serialised by the run's lock, taken before the claim's row is
+        # written (join_run and finish_run take them in that order).
         with self._write_transaction(lock_run=run_id) as connection:
-            picked = pick(connection)
-            while short(picked) and _write_queue_chunk(connection, run_id, keys, chunk):
-                picked = pick(connection)
-            return claim(connection, picked)
-
-    @staticmethod
-    def _pick_groups(connection: Connection, run_id: str, is_free: Sequence[Any], limit: int) -> list[int]:
-        """The claim groups of the first ``limit`` free cases that this transaction can have. PostgreSQL: a group
-        is taken with a transaction-scoped advisory try-lock on (run, group), never a wait, so two workers never
-        split a group or deadlock over its rows (row locks on part of a group would); SQLite's claims are
-        serialised already."""
-        leases = core_table(CaseLeaseRow)
-        first = select(leases.c.claim_group).where(*is_free).order_by(leases.c.id).limit(limit)
-        groups = list(dict.fromkeys(connection.execute(first).scalars()))
-        if connection.dialect.name != "postgresql" or not groups:
-            return groups
-        run_key = zlib.crc32(run_id.encode()) & 0x7FFFFFFF
-        return [group for group in groups if connection.execute(
-            select(func.pg_try_advisory_xact_lock(run_key, group))).scalar()]
+            runs = core_table(RunRow)
+            wave = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor, runs.c.queue_has_finished)
+                                      .where(runs.c.id == run_id)).one()
+            if wave.queue_total is None or wave.queue_cursor >= wave.queue_total:
+                return []
+            start, stop, todo = _next_range(connection, run_id, keys, wave, limit, grouped)
+            connection.execute(runs.update().where(runs.c.id == run_id).values(queue_cursor=stop))
+            if not todo:  # every key to the end was finished before this wave: no claim to hold
+                return []
+            claim_id = connection.execute(claims.insert().values(
+                run_id=run_id, start=start, stop=stop, worker_id=worker_id, expires_at=expires, attempts=1,
+                done=False).returning(claims.c.id)).scalar_one()
+        return [(claim_id, case_id, repetition) for case_id, repetition in todo]
 
     def heartbeat(self, worker_id: str, lease_s: float) -> None:
         """The worker is alive: its row and its undone claims expire ``lease_s`` seconds from now."""
         now = utc_now()
         expires = now + timedelta(seconds=lease_s)
-        workers, leases = core_table(RunWorkerRow), core_table(CaseLeaseRow)
+        workers, claims = core_table(RunWorkerRow), core_table(CaseClaimRow)
         with self._write_lock, self.engine.begin() as connection:
             connection.execute(workers.update().where(workers.c.id == worker_id).values(
                 heartbeat_at=now, expires_at=expires))
-            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
+            connection.execute(claims.update().where(claims.c.worker_id == worker_id, claims.c.done == false())
                                .values(expires_at=expires))
 
     def release_cases(self, worker_id: str) -> None:
         """Give back the worker's undone claims (a cancel or a stop): other workers may claim them at once."""
-        leases = core_table(CaseLeaseRow)
+        claims = core_table(CaseClaimRow)
         with self._write_lock, self.engine.begin() as connection:
-            connection.execute(leases.update().where(leases.c.worker_id == worker_id, leases.c.done == false())
+            connection.execute(claims.update().where(claims.c.worker_id == worker_id, claims.c.done == false())
                                .values(worker_id=None, expires_at=None))
 
     def finish_worker(self, worker_id: str) -> None:
@@ -166,24 +148,25 @@ class LeaseStore(RunStore):
             return dict(Counter(row.run_id for row in _alive_workers(connection)))
 
     def queued_cases(self, run_id: str) -> int:
-        """Cases of the run's current wave not yet done (queued, or claimed by a worker). The keys without lease
-        rows yet count whole: some of them may have finished before the wave, which their rows would leave out."""
+        """Keys of the run's current wave not yet done: those not yet claimed and those of undone claims (queued,
+        or held by a worker), each counted whole: some of them may have a finished result already, skipped when
+        claimed. Zero exactly when the wave is drained."""
         with self.engine.connect() as connection:
             return _queued(connection, run_id)
 
     def finish_run(self, run_id: str, final: Callable[[], dict[str, Any]], *, when: str) -> bool:
         """End the run's wave: under the run's lock, and only when ``when`` holds ("drained": no case of the wave
-        is left undone, its keys without lease rows included; "alone": no worker is alive), write ``final()`` (its
-        status with its summary and finish time) and close the wave (its lease rows dropped), all in one
-        transaction: a run is never left finished without its summary. Returns whether it was written."""
-        leases, runs = core_table(CaseLeaseRow), core_table(RunRow)
+        is left undone, its unclaimed keys included; "alone": no worker is alive), write ``final()`` (its status
+        with its summary and finish time) and close the wave (its claims dropped), all in one transaction: a run
+        is never left finished without its summary. Returns whether it was written."""
+        claims, runs = core_table(CaseClaimRow), core_table(RunRow)
         with self._write_transaction(lock_run=run_id) as connection:
             left = _queued(connection, run_id) if when == "drained" else len(_alive_workers(connection, run_id))
             if left:
                 return False
             connection.execute(runs.update().where(runs.c.id == run_id).values(
-                **final(), queue_total=None, queue_cursor=None))
-            connection.execute(leases.delete().where(leases.c.run_id == run_id))
+                **final(), queue_total=None, queue_cursor=None, queue_has_finished=None))
+            connection.execute(claims.delete().where(claims.c.run_id == run_id))
         return True
 
 
@@ -220,16 +203,17 @@ def _alive_workers(connection: Connection, run_id: str | None = None) -> list[Ro
 QueueKey = tuple[str, int, int | None]
 """(case id, repetition, claim group) of one case of a wave."""
 
-QUEUE_CHUNK = 5000
-"""Keys given lease rows at a time: a claim that writes a chunk costs a few milliseconds, where a whole
-test split of 134,529 cases would cost the run's start about half a second."""
+SCAN_CHUNK = 5000
+"""The most keys checked for finished results at once while a claim looks for its next unfinished ones (a resume
+of a run that is mostly done skips many)."""
 
 
 class QueueKeys:
     """A wave's keys in run order, by index: every case id for repetition 0, then for 1, and so on, each with its
     claim group. A group is one solver group (``claim_group(case id)``) of one repetition, and a case the solver
-    does not group is a group of its own (a negative number), so every case is claimable. Keys are made when
-    sliced: the store reads a chunk at a time, never the whole sequence."""
+    does not group is a group of its own (a negative number), so every case is claimable. A solver's group must be
+    consecutive cases of the run's order (a generation batch is): claims are ranges of keys, extended to the end of
+    their last group. Keys are made when sliced: the store reads a range at a time, never the whole sequence."""
 
     def __init__(self, case_ids: Sequence[str], repetitions: int,
                  claim_group: Callable[[str], int | None] | None = None) -> None:
@@ -255,34 +239,53 @@ class QueueKeys:
         return keys
 
 
-def _unwritten_keys(connection: Connection, run_id: str) -> int:
-    """How many keys of the run's wave have no lease row yet."""
-    runs = core_table(RunRow)
-    row = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).first()
-    # A wave opened before lazily written queues (both unset) has every row written.
-    return 0 if row is None or row.queue_total is None else row.queue_total - (row.queue_cursor or 0)
-
-
 def _queued(connection: Connection, run_id: str) -> int:
-    leases = core_table(CaseLeaseRow)
-    undone = connection.execute(select(func.count()).select_from(leases).where(
-        leases.c.run_id == run_id, leases.c.done == false())).scalar()
-    return int(undone or 0) + _unwritten_keys(connection, run_id)
+    runs, claims = core_table(RunRow), core_table(CaseClaimRow)
+    wave = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).first()
+    unclaimed = 0 if wave is None or wave.queue_total is None else wave.queue_total - wave.queue_cursor
+    held = connection.execute(select(func.coalesce(func.sum(claims.c.stop - claims.c.start), 0)).where(
+        claims.c.run_id == run_id, claims.c.done == false())).scalar()
+    return unclaimed + int(held or 0)
 
 
-def _write_queue_chunk(connection: Connection, run_id: str, keys: QueueKeys, chunk: int) -> bool:
-    """Give the wave's next ``chunk`` keys lease rows, less those with a finished (ok) result, and advance the
-    run's cursor past them. The caller holds the run's lock. Returns False when no key was left to write."""
-    runs = core_table(RunRow)
-    row = connection.execute(select(runs.c.queue_total, runs.c.queue_cursor).where(runs.c.id == run_id)).one()
-    if row.queue_total is None or row.queue_cursor >= row.queue_total:
-        return False
-    stop = min(row.queue_total, row.queue_cursor + chunk)
-    batch = keys.slice(row.queue_cursor, stop)
+def _next_range(connection: Connection, run_id: str, keys: QueueKeys, wave: Row[Any], limit: int,
+                grouped: bool) -> tuple[int, int, list[tuple[str, int]]]:
+    """The range a new claim takes from the wave's cursor: up to the ``limit``-th key without a finished result
+    (and, ``grouped``, the rest of that key's group), as (start, stop, the unfinished keys in it). Keys are
+    checked for results only when the run had some as the wave opened, a scan at a time, each twice the last."""
+    cursor, total = wave.queue_cursor, wave.queue_total
+    if not wave.queue_has_finished:
+        stop = min(total, cursor + limit)
+        todo = [key[:2] for key in keys.slice(cursor, stop)]
+    else:
+        todo, stop, scan = [], cursor, limit
+        while stop < total and len(todo) < limit:
+            batch = keys.slice(stop, min(total, stop + scan))
+            finished = _finished_among(connection, run_id, sorted({key[0] for key in batch}))
+            for key in batch:
+                stop += 1
+                if key[:2] not in finished:
+                    todo.append(key[:2])
+                    if len(todo) == limit:
+                        break
+            scan = min(2 * scan, SCAN_CHUNK)
+    if grouped and todo:
+        [(_, _, group)] = keys.slice(stop - 1, stop)
+        end = stop
+        while end < total and keys.slice(end, end + 1)[0][2] == group:
+            end += 1
+        todo.extend(_unfinished(connection, run_id, keys.slice(stop, end)) if wave.queue_has_finished
+                    else [key[:2] for key in keys.slice(stop, end)])
+        stop = end
+    return cursor, stop, todo
+
+
+def _unfinished(connection: Connection, run_id: str, batch: Sequence[QueueKey]) -> list[tuple[str, int]]:
+    """(case id, repetition) of the keys in ``batch`` without a finished (ok) result, in order."""
+    if not batch:
+        return []
     finished = _finished_among(connection, run_id, sorted({key[0] for key in batch}))
-    _insert_queue(connection, run_id, [key for key in batch if key[:2] not in finished])
-    connection.execute(runs.update().where(runs.c.id == run_id).values(queue_cursor=stop))
-    return True
+    return [key[:2] for key in batch if key[:2] not in finished]
 
 
 def _finished_among(connection: Connection, run_id: str, case_ids: list[str]) -> set[tuple[str, int]]:
@@ -301,26 +304,3 @@ def _finished_among(connection: Connection, run_id: str, case_ids: list[str]) ->
                 results.c.run_id == run_id, results.c.status == CaseStatus.OK,
                 results.c.case_id.in_(case_ids[start:start + 900]))))
     return finished
-
-
-def _insert_queue(connection: Connection, run_id: str, keys: Sequence[QueueKey]) -> None:
-    """Lease rows, in queue order, written by the driver directly: SQLAlchemy's per-row parameter processing
-    would cost several times the insert. PostgreSQL gets them in one statement from three arrays (an executemany
-    costs a round trip per row there)."""
-    if not keys:
-        return
-    if connection.dialect.name == "postgresql":
-        case_ids, repetitions, groups = zip(*keys, strict=True)
-        connection.exec_driver_sql(
-            "INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
-            "SELECT %s, case_id, repetition, claim_group, 0, false "
-            "FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) AS t(case_id, repetition, claim_group)",
-            (run_id, list(case_ids), list(repetitions), list(groups)))
-        return
-    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
-    connection.exec_driver_sql(
-        f"INSERT INTO case_leases (run_id, case_id, repetition, claim_group, attempts, done) "
-        f"VALUES ({mark}, {mark}, {mark}, {mark}, 0, false)",
-        [(run_id, *key) for key in keys])
-
-

@@ -22,7 +22,7 @@ from medeval_core.records import (
 )
 from medeval_core.store.engine import StoreBase, core_table
 from medeval_core.store.tables import (
-    CaseLeaseRow,
+    CaseClaimRow,
     CaseResultRow,
     JudgementRow,
     ModelCallRow,
@@ -65,18 +65,18 @@ class ResultStore(StoreBase):
             session.refresh(row)
         return row
 
-    def save_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int] = ()) -> list[bool]:
+    def save_case_records(self, batch: Sequence[CaseRecords], done_claims: Sequence[int] = ()) -> list[bool]:
         """Write finished cases (result, turns, judgements, model calls) in one transaction: the runner's group
         commit. Returns, per case, whether it was written; a case already finished (by another worker or an
         earlier attempt) keeps its stored result and records, and a failed one is replaced with its records.
-        ``leases`` (ids from ``claim_cases``) are marked done in the same transaction, so a case is never both
-        stored and still claimable.
+        ``done_claims`` (ids from ``claim_cases`` whose every case has a result once this batch is stored) are
+        marked done in the same transaction, so a claim is never done without its results.
         """
         if not batch:
             return []
         for attempt in range(1, 6):
             try:
-                return self._write_case_records(batch, leases)
+                return self._write_case_records(batch, done_claims)
             except (IntegrityError, OperationalError) as exc:
                 # A concurrent writer stored one of these cases (unique key) or held the lock past the busy
                 # timeout: the next attempt re-reads what is stored and writes only what is still missing.
@@ -84,15 +84,14 @@ class ResultStore(StoreBase):
                     raise StoreError(f"Could not store {len(batch)} case results: {exc.orig}") from exc
         raise AssertionError("unreachable")
 
-    def _write_case_records(self, batch: Sequence[CaseRecords], leases: Sequence[int]) -> list[bool]:
+    def _write_case_records(self, batch: Sequence[CaseRecords], done_claims: Sequence[int]) -> list[bool]:
         run_ids = {item.result.run_id for item in batch}
         results_table = core_table(CaseResultRow)
         with self._write_lock, self.engine.begin() as connection:
-            if leases:
-                lease_table = core_table(CaseLeaseRow)
-                for start in range(0, len(leases), 900):
-                    connection.execute(lease_table.update().where(lease_table.c.id.in_(leases[start:start + 900]))
-                                       .values(done=True))
+            if done_claims:
+                claims, ids = core_table(CaseClaimRow), sorted(set(done_claims))
+                for start in range(0, len(ids), 900):
+                    connection.execute(claims.update().where(claims.c.id.in_(ids[start:start + 900])).values(done=True))
             stored: dict[tuple[str, str, int], str] = {}
             for run_id in run_ids:
                 case_ids = sorted({item.result.case_id for item in batch if item.result.run_id == run_id})

@@ -19,7 +19,7 @@ from medeval_core.records import (
 from medeval_core.store.engine import StoreBase, core_table
 from medeval_core.store.tables import (
     AnnotationRow,
-    CaseLeaseRow,
+    CaseClaimRow,
     CaseResultRow,
     JudgementRow,
     ModelCallRow,
@@ -97,7 +97,7 @@ class RunStore(StoreBase):
             raise StoreError(f"Run {run_id!r} is a {row.kind} run; only a walkthrough or lesion session can be "
                              "deleted.")
         with self._write_transaction() as connection:
-            for model in (TurnRow, JudgementRow, ModelCallRow, CaseResultRow, CaseLeaseRow, RunWorkerRow, RunRow):
+            for model in (TurnRow, JudgementRow, ModelCallRow, CaseResultRow, CaseClaimRow, RunWorkerRow, RunRow):
                 table = core_table(model)
                 column = table.c.id if model is RunRow else table.c.run_id
                 connection.execute(table.delete().where(column == run_id))

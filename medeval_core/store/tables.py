@@ -1,4 +1,4 @@
-"""The tables of runs and what they record: results, turns, judgements, model calls, annotations, case leases
+"""The tables of runs and what they record: results, turns, judgements, model calls, annotations, case claims
 and workers."""
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ class RunRow(SQLModel, table=True):
     queue_total: int | None = None
     """Keys in the current wave's queue (``QueueKeys``); None when no wave is open."""
     queue_cursor: int | None = None
-    """How many of the wave's keys have lease rows: the rest are queued but not yet written (see ``claim_cases``)."""
+    """How many of the wave's keys (from the first) are in claims: the rest wait for a worker to claim them."""
+    queue_has_finished: bool | None = None
+    """Whether the run had finished results when the wave opened: only then can a key not yet claimed have one
+    (results come from claims), so only then do new claims look for them."""
     summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     error: str | None = None
     created_at: datetime = Field(default_factory=utc_now)
@@ -132,29 +135,28 @@ class AnnotationRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utc_now)
 
 
-class CaseLeaseRow(SQLModel, table=True):
-    """One (case, repetition) of a run's current wave of work. A worker claims queued or expired rows (holding
-    them until ``expires_at``, extended by its heartbeat) and marks them done in the transaction that stores
-    their results; a new wave (a resume when no worker is alive) drops the run's rows, and claims write the new
-    wave's a chunk at a time (``Store.claim_cases``)."""
+class CaseClaimRow(SQLModel, table=True):
+    """A worker's claim on a range of a run's current wave: the keys ``start`` to ``stop`` (exclusive) of its
+    queue (``QueueKeys``), held until ``expires_at`` (extended by the worker's heartbeat) and marked done in the
+    transaction that stores the last of their results. One row per claim, not per case: claiming, holding and
+    finishing a thousand fast cases is a row each. A claim whose worker stopped heart-beating (or gave it back) is
+    claimable again as a whole; its new holder skips the keys that already have a finished result. A new wave (a
+    resume when no worker is alive) drops the run's rows (``Store.claim_cases``)."""
 
-    __tablename__ = "case_leases"
+    __tablename__ = "case_claims"
     __table_args__ = (
-        UniqueConstraint("run_id", "case_id", "repetition", name="uq_lease_run_case_rep"),
-        # A claim reads a run's undone rows in queue order: this index makes it a range scan, not a sort.
-        Index("ix_case_leases_queue", "run_id", "done", "id"),
+        # A claim looks for a run's first undone claim in queue order: this index makes it a range scan.
+        Index("ix_case_claims_queue", "run_id", "done", "start"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="runs.id")  # looked up through the two indexes that begin with it
-    case_id: str
-    repetition: int = 0
+    run_id: str = Field(foreign_key="runs.id")  # looked up through the index that begins with it
+    start: int
+    stop: int
     worker_id: str | None = None
     expires_at: datetime | None = None
     attempts: int = 0
     done: bool = False
-    claim_group: int | None = None
-    """Cases the solver computes together (one generation batch of a repetition): claimed whole."""
 
 
 class RunWorkerRow(SQLModel, table=True):

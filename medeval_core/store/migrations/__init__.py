@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 BASELINE = "0001_baseline"
-HEAD = "0011_generic_cache"
+HEAD = "0012_ranged_claims"
 """The newest revision; a test checks it against the revisions in ``versions/``. Update both together."""
 
 BASELINE_TABLES = frozenset({"runs", "case_results", "turns", "judgements", "annotations"})
