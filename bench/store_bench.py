@@ -2,7 +2,8 @@
 summary over 100,000 results.
 
 - write: ``BatchRunner`` (claims, group commit through ``Store.save_case_records``) over N instant cases (one
-  turn each, a boolean and a numeric metric), W cases at once, a real SQLite file in a temporary folder. Its baseline,
+  turn each, a boolean and a numeric metric), W cases at once, a real SQLite file in a temporary folder; the cases
+  are loaded as the command line and workers load them (frozen out of the garbage collector's reach). Its baseline,
   interleaved with it over ``--rounds`` rounds: the same rows (one result and one turn per case, the values as
   the runner stores them, JSON serialised inside the timing) written by the plain driver into the same tables,
   1,000 cases per transaction: ``sqlite3`` ``executemany`` (``plain_sqlite3_per_s``), and on PostgreSQL psycopg
@@ -45,6 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from medeval_core.benchmark import CaseContext  # noqa: E402
+from medeval_core.memory import long_lived  # noqa: E402
 from medeval_core.records import (  # noqa: E402
     Case,
     CaseOutcome,
@@ -78,7 +80,10 @@ def new_run(store: Store, tag: str, expected: int) -> str:
 
 def bench_runner(store: Store, n_cases: int, concurrency: int) -> float:
     run_id = new_run(store, "runner", n_cases)
-    cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
+    # As `medeval run` and a worker load a run's cases (service.launch with freeze_inputs): out of the collector's
+    # reach, with everything loaded before them.
+    with long_lived(freeze=True):
+        cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
     runner = BatchRunner(store, load_settings(), concurrency=concurrency)
     started = time.perf_counter()
     report = runner.execute(run_id, cases, instant_case, repetitions=1)

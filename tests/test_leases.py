@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -180,7 +181,7 @@ def test_claims_give_every_key_once_in_queue_order_in_ranges_that_tile_the_queue
     every_key = [(c, rep) for c, rep, _ in keys.slice(0, len(keys))]
     ranges = claim_ranges(store)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(every_key)
-    assert all(stop == following for (_, stop), (following, _) in zip(ranges, ranges[1:]))  # no gap, no overlap
+    assert all(stop == following for (_, stop), (following, _) in pairwise(ranges))  # no gap, no overlap
     handed_out = [(c, rep) for mine in claimed.values() for _, c, rep in mine]
     assert sorted(handed_out) == sorted(every_key)  # each claimed exactly once
     assert sum(bool(mine) for mine in claimed.values()) >= 2

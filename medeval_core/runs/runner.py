@@ -94,6 +94,9 @@ class _Tally:
     failed: int
     started: float = field(default_factory=time.monotonic)
     retrying: set[tuple[str, int]] = field(default_factory=set)
+    ran: int = 0
+    """Cases this worker ran to the end, committed or not: the claims' pace from the first case on (the
+    committed count lags a commit window behind, and a claim sized on it starts with one case at a time)."""
     finished_now: int = 0
     last_error: str | None = None
 
@@ -178,7 +181,7 @@ class _Claims:
         if not self._queue and time.monotonic() >= self._empty_until:
             runner = self.runner
             elapsed = time.monotonic() - self.tally.started
-            rate = self.tally.finished_now / elapsed if elapsed > 0 else 0.0
+            rate = self.tally.ran / elapsed if elapsed > 0 else 0.0
             size = int(min(runner.max_claim, max(runner.concurrency, rate * runner.claim_target_s)))
             claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
                                 runner.lease_s, grouped=runner.claim_group is not None)
@@ -402,6 +405,7 @@ class BatchRunner:
                     self._cancel.wait(self.idle_poll_s)
                     continue
                 window.add(self._run_one(run_id, claims, key, run_case))
+                tally.ran += 1
                 if window.due():
                     self._commit(run_id, window.take(), claims, tally)
             self._commit(run_id, window.take(), claims, tally)
@@ -425,6 +429,7 @@ class BatchRunner:
                 for future in completed:
                     in_flight.discard(future)
                     window.add(future.result())
+                    tally.ran += 1
                 if window.due():
                     self._commit(run_id, window.take(), claims, tally)
 
