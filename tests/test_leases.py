@@ -668,3 +668,18 @@ def test_a_killed_worker_not_yet_reaped_is_dead_on_its_host(db_url: str) -> None
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_worker_given_its_own_claim_back_counts_its_cases_once() -> None:
+    """A claim that expired while its worker still held its cases (the database was away longer than the lease)
+    can come back to that worker: the cases it holds are not queued again, and the claim is done with them."""
+    from medeval_core.runs.runner import _Claims, _Tally
+
+    answers = [[(7, "a", 0), (7, "b", 0)], [(7, "a", 0), (7, "b", 0)], []]
+    store = SimpleNamespace(claim_cases=lambda *args, **kwargs: answers.pop(0))
+    runner = SimpleNamespace(store=store, db=lambda call, *args, **kwargs: call(*args, **kwargs), max_claim=10,
+                             concurrency=1, claim_target_s=2.0, lease_s=30.0, claim_group=None, idle_poll_s=0.0)
+    claims = _Claims(runner, "r", "w", make_cases(2), QueueKeys(["a", "b"], 1), _Tally(total=2, done=0, failed=0))
+    assert [claims.next(), claims.next()] == [("a", 0), ("b", 0)]
+    assert claims.next() is None  # its own claim back: both cases are still held here
+    assert claims.completed_by([service_records("r", "a"), service_records("r", "b")]) == [7]

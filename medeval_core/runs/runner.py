@@ -186,6 +186,10 @@ class _Claims:
             claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
                                 runner.lease_s, grouped=runner.claim_group is not None)
             for claim_id, case_id, repetition in claimed:
+                if (case_id, repetition) in self._claim_of:
+                    # Its own claim back (it expired while the database was away): the case is still held here,
+                    # queued, running or waiting for its commit, and counted once.
+                    continue
                 self._claim_of[(case_id, repetition)] = claim_id
                 self._left[claim_id] += 1
                 self._queue.append((case_id, repetition))
