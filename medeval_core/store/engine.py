@@ -102,12 +102,12 @@ class StoreBase:
     @contextmanager
     def _write_transaction(self, lock_run: str | None = None) -> Iterator[Connection]:
         """A write transaction that takes its locks first. SQLite: BEGIN IMMEDIATE takes the database's write lock
-        before the first read, so no two workers read the same free leases. PostgreSQL: ``lock_run`` locks that
-        run's row (joining a run, finishing it and writing its queue's next chunk are serialised), always before any
-        lease row in the transaction; claims lock their rows FOR UPDATE SKIP LOCKED. The run's lock is FOR NO KEY
-        UPDATE, not FOR UPDATE: storing a result checks its foreign key with a KEY SHARE lock on the run's row,
-        which FOR UPDATE would make wait for a chunk being written, or, while it holds lease rows a joining or
-        finishing worker deletes, deadlock with it."""
+        before the first read, so no two workers read the same free claim. PostgreSQL: ``lock_run`` locks that
+        run's row (joining a run, finishing it and making a new claim on its queue are serialised), always before
+        any claim row in the transaction; taking over a free claim locks its row FOR UPDATE SKIP LOCKED. The run's
+        lock is FOR NO KEY UPDATE, not FOR UPDATE: storing a result checks its foreign key with a KEY SHARE lock on
+        the run's row, which FOR UPDATE would make wait for a claim being made, or, while it holds claim rows a
+        joining or finishing worker deletes, deadlock with it."""
         with self._write_lock, self.engine.begin() as connection:
             if self.engine.dialect.name == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
