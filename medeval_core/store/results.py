@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Table, Text, cast, func, or_
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -123,18 +125,17 @@ class ResultStore(StoreBase):
                     connection.execute(table.delete().where(
                         table.c.run_id == run_id, table.c.case_id == case_id, table.c.repetition == repetition))
             if keep:
-                # The records are flat (each field a column, no nested model, no extra fields): their field dicts
-                # (``vars``) are the rows, without model_dump's deep copy of every payload, which JSON-encoding
-                # copies again.
-                _insert_rows(connection, results_table, [vars(item.result) for item in keep])
+                # The records are flat (each field a column, no nested model, no extra fields): their fields are
+                # read as they are, without model_dump's deep copy of every payload, which JSON-encoding copies
+                # again.
+                _insert_rows(connection, results_table, [item.result for item in keep])
+                now = utc_now()
                 for table, records in (
                     (core_table(TurnRow), [t for item in keep for t in item.turns]),
                     (core_table(JudgementRow), [j for item in keep for j in item.judgements]),
                     (core_table(ModelCallRow), [c for item in keep for c in item.model_calls]),
                 ):
-                    if records:
-                        now = utc_now()
-                        _insert_rows(connection, table, [{"created_at": now, **vars(r)} for r in records])
+                    _insert_rows(connection, table, records, {"created_at": now})
         return written
 
     def results(self, run_id: str, status: CaseStatus | None = None) -> list[CaseResult]:
@@ -232,27 +233,28 @@ class ResultStore(StoreBase):
             return dict(session.exec(statement).all())
 
 
-def _insert_rows(connection: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert ``rows`` (dicts with the same keys, column names) in the connection's transaction: COPY on
-    PostgreSQL, one driver-level ``executemany`` on SQLite. Each value goes through its column type's own bind
-    processor, so what is stored is what ``table.insert()`` would store; SQLAlchemy's generic per-row parameter
-    handling (about 45 % of a runner's write at thousands of results per second) is skipped."""
-    if not rows:
+def _insert_rows(connection: Connection, table: Table, records: Sequence[BaseModel],
+                 constants: dict[str, Any] | None = None) -> None:
+    """Insert one row per record (flat records of one type: each field a column) with ``constants`` (column: one
+    value for every row) in the connection's transaction: COPY on PostgreSQL, one driver-level ``executemany`` on
+    SQLite. Each value goes through its column type's own bind processor, so what is stored is what
+    ``table.insert()`` would store; SQLAlchemy's generic per-row parameter handling (about 45 % of a runner's write
+    at thousands of results per second) is skipped."""
+    if not records:
         return
     dialect = connection.dialect
-    keys = list(rows[0])
-    processors = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
-    # Column by column: one map per column type instead of a generator step per value (a dialogue benchmark writes
-    # ten turns per case, and this loop was a tenth of its case phase).
-    by_column = []
-    for key, process in zip(keys, processors, strict=True):
-        column = [row[key] for row in rows]
-        if process is not None:
-            first = column[0]
-            # A column holding one object throughout (the batch's ``created_at``) is converted once.
-            column = ([process(first)] * len(column) if all(value is first for value in column)
-                      else list(map(process, column)))
-        by_column.append(column)
+    constants = constants or {}
+    fields = list(vars(records[0]))
+    keys = [*fields, *constants]
+
+    def processed(key: str, column: list[Any]) -> list[Any]:
+        process = table.c[key].type.dialect_impl(dialect).bind_processor(dialect)
+        return column if process is None else list(map(process, column))
+
+    # Column by column, read straight from the records: one map per column type instead of a generator step per
+    # value, and no dict per row (a dialogue benchmark writes ten turns per case).
+    by_column = [processed(key, list(map(attrgetter(key), records))) for key in fields]
+    by_column += [processed(key, [value]) * len(records) for key, value in constants.items()]
     values = list(zip(*by_column, strict=True))
     quote = dialect.identifier_preparer
     columns = ", ".join(quote.format_column(table.c[key]) for key in keys)
