@@ -107,7 +107,8 @@ class CaseContext(ABC):
 
 class Solver(Protocol[C_contra, O_co]):
     """Solves one case. A solver that computes cases in groups (a generation batch) may also have
-    ``claim_group(case_id) -> int | None``: workers sharing a run then claim whole groups (``runner.BatchRunner``)."""
+    ``claim_group(case_id) -> int | None`` (a group being consecutive cases of the run, as a generation batch is):
+    workers sharing a run then claim whole groups (``runner.BatchRunner``)."""
 
     def __call__(self, case: C_contra, ctx: CaseContext, /) -> O_co: ...
 
