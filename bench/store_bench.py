@@ -211,10 +211,14 @@ def main() -> int:
     print(f"writes on {store.engine.dialect.name}, {args.cases} cases per pass, {args.rounds} rounds interleaved, "
           f"runner at concurrency {args.concurrency}; load average {os.getloadavg()[0]:.2f}")
     for name, values in rates.items():
-        print(f"  {name:<18} median {medians[name]:9,.0f} results/s (min {min(values):9,.0f})")
+        print(f"  {name:<18} median {medians[name]:9,.0f} results/s (fastest round {max(values):9,.0f}, slowest "
+              f"{min(values):9,.0f})")
     reference = medians[f"plain {plain[0]}"]
     ratio = medians["runner"] / reference
-    print(f"  ratio runner / plain {plain[0]}: {ratio:.2f}x (target >= {WRITE_TARGET_RATIO}x)")
+    # A shared machine only ever slows a round down: the fastest rounds' ratio shows the code without that noise.
+    fastest = max(rates["runner"]) / max(rates[f"plain {plain[0]}"])
+    print(f"  ratio runner / plain {plain[0]}: {ratio:.2f}x of the medians (target >= {WRITE_TARGET_RATIO}x), "
+          f"{fastest:.2f}x of the fastest rounds")
     if baseline is not None:
         print(f"old path (Store.save_result per result), {args.baseline_cases} results: {baseline:,.0f} results/s")
     print(f"runs page summary over {args.summary_results} results: {summary_s:.3f} s (target <= "
@@ -222,6 +226,7 @@ def main() -> int:
     ok = ratio >= WRITE_TARGET_RATIO and summary_s <= SUMMARY_TARGET_S
     if args.json:
         print(json.dumps({"results_per_s": round(medians["runner"], 1), "ratio": round(ratio, 3),
+                          "ratio_fastest_rounds": round(fastest, 3),
                           **{f"plain_{method}_per_s": round(medians[f"plain {method}"], 1) for method in plain},
                           "summary_s": round(summary_s, 4),
                           "save_result_per_s": None if baseline is None else round(baseline, 1),
