@@ -37,6 +37,7 @@ from pydantic import BaseModel
 
 from medeval_core.benchmark import CaseContext, ModelRoles, RecordingContext
 from medeval_core.errors import DatabaseUnavailable, StoreFullError
+from medeval_core.memory import rare_young_collections
 from medeval_core.records import (
     Case,
     CaseOutcome,
@@ -295,7 +296,9 @@ class BatchRunner:
                                 name=f"heartbeat-{run_id}")
         beat.start()
         try:
-            cancelled = self._drain(run_id, _Claims(self, run_id, worker.id, cases, keys, tally), run_case, tally)
+            with rare_young_collections():
+                cancelled = self._drain(run_id, _Claims(self, run_id, worker.id, cases, keys, tally), run_case,
+                                        tally)
         except (DatabaseUnavailable, StoreFullError):
             # The database is gone or full: nothing more can be written, so the run stays running with no live
             # worker, which shows as interrupted (resumable); what was committed is kept.
