@@ -28,9 +28,9 @@ import traceback
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from pydantic import BaseModel
@@ -162,7 +162,10 @@ def describe_error(exc: BaseException) -> str:
 class _Claims:
     """This worker's claimed cases not yet started, refilled from the run's queue in the store. A refill asks for
     about ``target_s`` seconds of work at the rate seen so far (at least one case per thread, at most
-    ``max_claim``): fast cases cost one claim per few hundred, slow ones stay spread over the workers."""
+    ``max_claim``): fast cases cost one claim per few hundred, slow ones stay spread over the workers.
+
+    The runner's own thread makes every claim (``next``, ``refill``), as it makes every commit, so a claim never
+    waits for a commit in progress; its case threads only ``take`` what was claimed."""
 
     def __init__(self, runner: BatchRunner, run_id: str, worker_id: str, cases: Sequence[Case], keys: QueueKeys,
                  tally: _Tally) -> None:
@@ -177,15 +180,55 @@ class _Claims:
         """Cases of each held claim not yet committed."""
         self._queue: deque[tuple[str, int]] = deque()
         self._empty_until = 0.0
+        self._changed = threading.Condition()
+        """Guards the above: case threads take while the runner's thread claims and commits."""
+        self.dry = False
+        """The last claim found nothing: case threads stop when the queue is empty (the runner starts them again
+        when cases may be left)."""
 
     def next(self) -> tuple[str, int] | None:
-        if not self._queue and time.monotonic() >= self._empty_until:
-            runner = self.runner
-            elapsed = time.monotonic() - self.tally.started
-            rate = self.tally.ran / elapsed if elapsed > 0 else 0.0
-            size = int(min(runner.max_claim, max(runner.concurrency, rate * runner.claim_target_s)))
-            claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
-                                runner.lease_s, grouped=runner.claim_group is not None)
+        """The next case, claiming more when none is left (the runner's thread, one case at a time)."""
+        if not self._queue:
+            self._claim(self.runner.concurrency)
+        return self._queue.popleft() if self._queue else None
+
+    def refill(self) -> None:
+        """Claim more when fewer cases wait than the case threads get through in about two commit intervals (so
+        they do not wait for a claim while this thread commits), unless the queue ran dry."""
+        elapsed = time.monotonic() - self.tally.started
+        pace = self.tally.ran / elapsed if elapsed > 0 else 0.0
+        # At least a case per thread; at most half a full claim, so a fast run does not claim the queue ahead.
+        low_water = min(self.runner.max_claim // 2,
+                        max(self.runner.concurrency, int(pace * 2 * self.runner.commit_interval_s)))
+        if not self.dry and len(self._queue) < low_water:
+            self._claim(low_water)
+
+    def take(self, wait_s: float) -> tuple[str, int] | None:
+        """A case thread's next case, waiting up to ``wait_s`` for a refill; None when the queue is dry."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._queue or self.dry, timeout=wait_s)
+            return self._queue.popleft() if self._queue else None
+
+    def wake(self) -> None:
+        """Let every waiting case thread look again (a cancel, or the runner stopping them)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def _claim(self, at_least: int) -> None:
+        if time.monotonic() < self._empty_until:
+            self._set_dry()
+            return
+        runner = self.runner
+        elapsed = time.monotonic() - self.tally.started
+        pace = self.tally.ran / elapsed if elapsed > 0 else 0.0
+        size = int(min(runner.max_claim, max(at_least, runner.concurrency, pace * runner.claim_target_s)))
+        claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
+                            runner.lease_s, grouped=runner.claim_group is not None)
+        if not claimed:
+            self._empty_until = time.monotonic() + runner.idle_poll_s
+            self._set_dry()
+            return
+        with self._changed:
             for claim_id, case_id, repetition in claimed:
                 if (case_id, repetition) in self._claim_of:
                     # Its own claim back (it expired while the database was away): the case is still held here,
@@ -194,19 +237,23 @@ class _Claims:
                 self._claim_of[(case_id, repetition)] = claim_id
                 self._left[claim_id] += 1
                 self._queue.append((case_id, repetition))
-            if not claimed:
-                self._empty_until = time.monotonic() + runner.idle_poll_s
-        return self._queue.popleft() if self._queue else None
+            self._changed.notify_all()
+
+    def _set_dry(self) -> None:
+        with self._changed:
+            self.dry = True
+            self._changed.notify_all()
 
     def completed_by(self, finished: Sequence[CaseRecords]) -> list[int]:
         """The claims whose last cases are among ``finished``: done once these are stored."""
         done = []
-        for records in finished:
-            claim_id = self._claim_of.pop(records.key)
-            self._left[claim_id] -= 1
-            if not self._left[claim_id]:
-                del self._left[claim_id]
-                done.append(claim_id)
+        with self._changed:
+            for records in finished:
+                claim_id = self._claim_of.pop(records.key)
+                self._left[claim_id] -= 1
+                if not self._left[claim_id]:
+                    del self._left[claim_id]
+                    done.append(claim_id)
         return done
 
 
@@ -251,6 +298,7 @@ class BatchRunner:
         self.max_claim = max_claim
         self.claim_group = claim_group
         self._cancel = threading.Event()
+        self._stop_threads = threading.Event()
         self._last_poll = 0.0
         self._worker_id: str | None = None
 
@@ -417,28 +465,64 @@ class BatchRunner:
                     self._commit(run_id, window.take(), claims, tally)
             self._commit(run_id, window.take(), claims, tally)
             return self._cancel.is_set()
-        in_flight: set[Future[CaseRecords]] = set()
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"run-{run_id}") as pool:
-            while True:
-                while not self._cancel_requested(run_id) and len(in_flight) < self.concurrency:
-                    key = claims.next()
-                    if key is None:
-                        break
-                    in_flight.add(pool.submit(self._run_one, run_id, claims, key, run_case))
-                if not in_flight:
-                    self._commit(run_id, window.take(), claims, tally)
-                    if self._cancel.is_set() or self.db(self.store.queued_cases, run_id) == 0:
-                        return self._cancel.is_set()
-                    self._cancel.wait(self.idle_poll_s)
-                    continue
-                completed, _ = wait(in_flight, timeout=window.wait_s(self.cancel_poll_seconds),
-                                    return_when=FIRST_COMPLETED)
-                for future in completed:
-                    in_flight.discard(future)
-                    window.add(future.result())
-                    tally.ran += 1
-                if window.due():
-                    self._commit(run_id, window.take(), claims, tally)
+        # Case threads take claimed cases and hand finished ones over; this thread does every store operation
+        # (claims, commits), so none waits for another's. A pool with a future per case cost more than an instant
+        # case itself (about 40 us a case at concurrency 4).
+        finished: SimpleQueue[CaseRecords | BaseException | None] = SimpleQueue()
+        while True:
+            claims.dry = False
+            threads = [threading.Thread(target=self._work, args=(run_id, claims, run_case, finished),
+                                        name=f"run-{run_id}-{index}", daemon=True)
+                       for index in range(self.concurrency)]
+            for thread in threads:
+                thread.start()
+            try:
+                running = len(threads)
+                while running:
+                    if not self._cancel.is_set():
+                        claims.refill()
+                    try:
+                        item = finished.get(timeout=window.wait_s(self.cancel_poll_seconds))
+                    except Empty:
+                        item = None
+                    else:
+                        if item is None:  # a thread found the queue dry, or stopped on a cancel
+                            running -= 1
+                        elif isinstance(item, BaseException):
+                            raise item
+                        else:
+                            window.add(item)
+                            tally.ran += 1
+                    if self._cancel_requested(run_id):
+                        claims.wake()
+                    if window.due():
+                        self._commit(run_id, window.take(), claims, tally)
+            finally:
+                self._stop_threads.set()
+                claims.wake()
+                for thread in threads:
+                    thread.join()
+                self._stop_threads.clear()
+            self._commit(run_id, window.take(), claims, tally)
+            if self._cancel.is_set() or self.db(self.store.queued_cases, run_id) == 0:
+                return self._cancel.is_set()
+            self._cancel.wait(self.idle_poll_s)
+
+    def _work(self, run_id: str, claims: _Claims, run_case: CaseFunction,
+              finished: SimpleQueue[CaseRecords | BaseException | None]) -> None:
+        """One of ``concurrency`` case threads: run claimed cases until the queue is dry, a cancel, or the runner
+        stops its threads; then say so with None. An error that must stop the worker (the database gone, the disk
+        full) is handed over to be raised."""
+        try:
+            while not self._cancel.is_set() and not self._stop_threads.is_set():
+                key = claims.take(self.cancel_poll_seconds)
+                if key is not None:
+                    finished.put(self._run_one(run_id, claims, key, run_case))
+                elif claims.dry:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - raised again in the runner's thread
+            finished.put(exc)
+        finished.put(None)
 
     def _cancel_requested(self, run_id: str) -> bool:
         """Whether to stop submitting: ``cancel()`` here, or a cancel requested through the store (polled)."""

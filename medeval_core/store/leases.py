@@ -21,6 +21,7 @@ from medeval_core.records import (
     utc_now,
 )
 from medeval_core.store.engine import core_table
+from medeval_core.store.results import stored_statuses
 from medeval_core.store.runs import RunStore
 from medeval_core.store.tables import (
     CaseClaimRow,
@@ -289,18 +290,8 @@ def _unfinished(connection: Connection, run_id: str, batch: Sequence[QueueKey]) 
 
 
 def _finished_among(connection: Connection, run_id: str, case_ids: list[str]) -> set[tuple[str, int]]:
-    """(case id, repetition) of the run's ok results for ``case_ids``. PostgreSQL: one statement with the ids as
-    an array (a chunk's 900-id IN lists cost more than its insert there). Filtering in the INSERT instead (NOT
-    EXISTS) let PostgreSQL's planner, which expects a run to have few results, scan them once per key."""
-    if connection.dialect.name == "postgresql":
-        return {(case_id, rep) for case_id, rep in connection.exec_driver_sql(
-            "SELECT case_id, repetition FROM case_results WHERE run_id = %s AND status = %s "
-            "AND case_id = ANY(%s::varchar[])", (run_id, CaseStatus.OK.value, case_ids))}
-    results = core_table(CaseResultRow)
-    finished: set[tuple[str, int]] = set()
-    for start in range(0, len(case_ids), 900):
-        finished.update((case_id, rep) for case_id, rep in connection.execute(
-            select(results.c.case_id, results.c.repetition).where(
-                results.c.run_id == run_id, results.c.status == CaseStatus.OK,
-                results.c.case_id.in_(case_ids[start:start + 900]))))
-    return finished
+    """(case id, repetition) of the run's ok results for ``case_ids``, looked up by id (``stored_statuses``).
+    Filtering in an INSERT instead (NOT EXISTS) let PostgreSQL's planner, which expects a run to have few results,
+    scan them once per key."""
+    return {key for key, status in stored_statuses(connection, run_id, case_ids).items()
+            if status == CaseStatus.OK.value}

@@ -97,14 +97,8 @@ class ResultStore(StoreBase):
             stored: dict[tuple[str, str, int], str] = {}
             for run_id in run_ids:
                 case_ids = sorted({item.result.case_id for item in batch if item.result.run_id == run_id})
-                for start in range(0, len(case_ids), 900):
-                    rows = connection.execute(
-                        select(results_table.c.case_id, results_table.c.repetition, results_table.c.status).where(
-                            results_table.c.run_id == run_id,
-                            results_table.c.case_id.in_(case_ids[start:start + 900]),
-                        )
-                    )
-                    stored.update({(run_id, case_id, rep): status for case_id, rep, status in rows})
+                stored.update({(run_id, case_id, rep): status for (case_id, rep), status
+                               in stored_statuses(connection, run_id, case_ids).items()})
             written: list[bool] = []
             replace: list[tuple[str, str, int]] = []
             keep: list[CaseRecords] = []
@@ -231,6 +225,25 @@ class ResultStore(StoreBase):
         )
         with self.session() as session:
             return dict(session.exec(statement).all())
+
+
+def stored_statuses(connection: Connection, run_id: str, case_ids: Sequence[str]) -> dict[tuple[str, int], str]:
+    """The status of each stored result of the run for ``case_ids``, by (case id, repetition). PostgreSQL: one
+    statement with the ids as an array; SQLite: driver-level IN lists of 900. SQLAlchemy's expanding IN compiles a
+    bind parameter per id on every call, which cost more than the query (a group commit checks thousands of ids,
+    and so does a claim on a resumed run)."""
+    if connection.dialect.name == "postgresql":
+        return {(case_id, rep): status for case_id, rep, status in connection.exec_driver_sql(
+            "SELECT case_id, repetition, status FROM case_results WHERE run_id = %s "
+            "AND case_id = ANY(%s::varchar[])", (run_id, list(case_ids)))}
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    statuses: dict[tuple[str, int], str] = {}
+    for start in range(0, len(case_ids), 900):
+        chunk = case_ids[start:start + 900]
+        statuses.update({(case_id, rep): status for case_id, rep, status in connection.exec_driver_sql(
+            f"SELECT case_id, repetition, status FROM case_results WHERE run_id = {mark} "
+            f"AND case_id IN ({', '.join([mark] * len(chunk))})", (run_id, *chunk))})
+    return statuses
 
 
 def _insert_rows(connection: Connection, table: Table, records: Sequence[BaseModel],
