@@ -1,5 +1,6 @@
-"""The batch runner: a per-case function over a case list, N worker threads, finished cases group-committed,
-cases shared with other processes through leases in the store.
+"""The batch runner: a per-case function over a case list, N case threads, finished cases group-committed,
+cases shared with other processes through claims in the store. The runner's own thread makes every claim and
+every commit; its case threads only run cases.
 
 Guarantees: a case that raises is stored as *failed* with its error message, never as a score; a resume skips
 cases already finished (and retries failed ones); a cancel stops submitting, lets in-flight cases finish and
