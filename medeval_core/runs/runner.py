@@ -1,6 +1,6 @@
-"""The batch runner: a per-case function over a case list, N case threads, finished cases group-committed,
+"""The batch runner: a per-case function over a case list, N cases at once, finished cases group-committed,
 cases shared with other processes through claims in the store. The runner's own thread makes every claim and
-every commit; its case threads only run cases.
+every commit; at concurrency N > 1, N case threads only run cases (at 1, the runner's thread runs them too).
 
 Guarantees: a case that raises is stored as *failed* with its error message, never as a score; a resume skips
 cases already finished (and retries failed ones); a cancel stops submitting, lets in-flight cases finish and
