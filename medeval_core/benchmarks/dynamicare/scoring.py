@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
-from medeval_core.data.files import json_value, numbered_lines, problem_of
+from medeval_core.data.files import json_lines, problem_of
 from medeval_core.memory import gc_paused
 from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 from medeval_core.vocabularies.icd9 import Icd9Error, Icd9Mapper, category
@@ -85,13 +85,12 @@ class _Categories(dict[str, str | None]):
 
 def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     rows = []
-    for number, line in numbered_lines(path, ScoreFileError, f"does not exist; give the {what} JSON Lines file."):
-        try:
-            raw = json_value(line.decode("utf-8"))
-        except ValueError as exc:
-            raise ScoreFileError(f"{path} line {number}: {problem_of(exc)}; fix that line.") from None
-        if not isinstance(raw, dict) or not isinstance(raw.get("case_id"), str | int) \
-                or isinstance(raw.get("case_id"), bool):
+    for number, raw, problem in json_lines(path, ScoreFileError,
+                                           f"does not exist; give the {what} JSON Lines file."):
+        if problem is not None:
+            raise ScoreFileError(f"{path} line {number}: {problem_of(problem)}; fix that line.")
+        # Exact types (JSON makes no subclasses): a bool, which is an int, is no case id.
+        if type(raw) is not dict or type(raw.get("case_id")) not in (str, int):
             raise ScoreFileError(f'{path} line {number} needs a "case_id".')
         rows.append((number, raw))
     if not rows:
