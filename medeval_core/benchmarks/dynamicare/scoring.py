@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -28,6 +28,8 @@ METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
 # Truth codes with these methods were given as codes; any other method (exact, synonym, crosswalk, embedding, llm)
 # means a free-text diagnosis was mapped to make them, and every summary says so.
 GIVEN_METHODS = frozenset({"given", "code", "corrected"})
+# ``_STR_ONLY.issuperset(map(type, items))``: every item is a string, without building a set per line.
+_STR_ONLY = frozenset({str})
 
 
 class ScoreFileError(ValueError):
@@ -108,7 +110,7 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
-        if not set(map(type, codes)) <= {str}:
+        if not _STR_ONLY.issuperset(map(type, codes)):
             # A records file's {"code", "method"} entries; plain code lists (the usual truth file) skip this.
             methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
             codes = [item.get("code") if isinstance(item, dict) else item for item in codes]
@@ -120,7 +122,7 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         case_id = str(raw["case_id"])
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        truth[case_id] = [found for found in dict.fromkeys(case_categories) if found is not None]
+        truth[case_id] = list(dict.fromkeys(cast(list[str], case_categories)))  # None refused above
     return truth, mapped_truth_methods(methods)
 
 
@@ -128,7 +130,7 @@ def read_predictions(path: Path) -> dict[str, list[str]]:
     predictions: dict[str, list[str]] = {}
     for number, raw in _lines(path, "predictions"):
         ranked = raw.get("predictions")
-        if not isinstance(ranked, list) or not set(map(type, ranked)) <= {str}:
+        if not isinstance(ranked, list) or not _STR_ONLY.issuperset(map(type, ranked)):
             raise ScoreFileError(f'{path} line {number}: "predictions" must be a ranked list of codes or names.')
         case_id = str(raw["case_id"])
         if case_id in predictions:
