@@ -21,7 +21,6 @@ from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
 from medeval_core.data.files import json_lines, problem_of
 from medeval_core.memory import gc_paused
-from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 from medeval_core.vocabularies.icd9 import Icd9Error, Icd9Mapper, category
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
@@ -175,6 +174,9 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
 
 def headline(per_case: Sequence[dict[str, float]], questions: Sequence[int], denominator: str) -> list[Metric]:
     """Hit@K with Wilson intervals (a per-case 0/1), Rec@K and Ave-Q with bootstrap intervals."""
+    # Imported here: the intervals need numpy (a tenth of a second), which ``score hitk`` never uses.
+    from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
+
     n = len(per_case)
     metrics: list[Metric] = []
     for name in METRIC_NAMES:
