@@ -10,7 +10,7 @@ through the ICD-9 mapper; a name that maps to nothing keeps its rank and matches
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any, cast
@@ -84,8 +84,10 @@ class _Categories(dict[str, str | None]):
         return found
 
 
-def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
+def _lines(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line, the first line that is no JSON object with a case id refused;
+    a generator, so the readers check each line as it comes (a list of 20,000 lines read twice cost more)."""
+    number = 0  # the last line's number: 0 when the file has no line
     for number, raw, problem in json_lines(path, ScoreFileError,
                                            f"does not exist; give the {what} JSON Lines file."):
         if problem is not None:
@@ -93,10 +95,9 @@ def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
         # Exact types (JSON makes no subclasses): a bool, which is an int, is no case id.
         if type(raw) is not dict or type(raw.get("case_id")) not in (str, int):
             raise ScoreFileError(f'{path} line {number} needs a "case_id".')
-        rows.append((number, raw))
-    if not rows:
+        yield number, raw
+    if not number:
         raise ScoreFileError(f"The {what} file {path} has no lines.")
-    return rows
 
 
 def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, list[str]], dict[str, int]]:
