@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -21,7 +21,10 @@ from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
 from medeval_core.data.files import json_lines, problem_of
 from medeval_core.memory import gc_paused
-from medeval_core.vocabularies.icd9 import Icd9Error, Icd9Mapper, category
+from medeval_core.vocabularies.icd9_codes import Icd9Error, category
+
+if TYPE_CHECKING:
+    from medeval_core.vocabularies.icd9 import Icd9Mapper
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
 # Truth codes with these methods were given as codes; any other method (exact, synonym, crosswalk, embedding, llm)
@@ -153,6 +156,9 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
     mapped: dict[str, str | None] = {}
     methods: Counter[str] = Counter()
     if names:
+        # The mapper's module (its vocabulary, stemmer and models) only for names: codes need none of it.
+        from medeval_core.vocabularies.icd9 import Icd9Mapper
+
         mapper = mapper or Icd9Mapper()
         for name in sorted(names):
             mapping = mapper.map(name)
