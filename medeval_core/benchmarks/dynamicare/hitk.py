@@ -8,6 +8,7 @@ count once and Rec@K's denominator is the number of distinct ground-truth catego
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 KS = (5, 10)
 
@@ -31,14 +32,20 @@ def _hit_rec(top: Sequence[str | None], gold: set[str]) -> tuple[float, float]:
 
 def case_metrics(predicted: Sequence[str | None], truth: Sequence[str],
                  ks: Sequence[int] = KS) -> dict[str, float]:
-    """``Hit@k`` and ``Rec@k`` for every k of one case (the truth's set made once for all k: ``score hitk`` calls
-    this for every one of 20,000 cases)."""
+    """``Hit@k`` and ``Rec@k`` for every k of one case (the truth's set made once for all k, the names once for
+    all cases: ``score hitk`` calls this for every one of 20,000 cases)."""
     gold = set(truth)
     metrics: dict[str, float] = {}
+    for k, hit_name, rec_name in _metric_names(tuple(ks)):
+        metrics[hit_name], metrics[rec_name] = _hit_rec(predicted[:k], gold)
+    return metrics
+
+
+@cache
+def _metric_names(ks: tuple[int, ...]) -> tuple[tuple[int, str, str], ...]:
     for k in ks:
         _check(k)
-        metrics[f"Hit@{k}"], metrics[f"Rec@{k}"] = _hit_rec(predicted[:k], gold)
-    return metrics
+    return tuple((k, f"Hit@{k}", f"Rec@{k}") for k in ks)
 
 
 def matched(predicted: Sequence[str | None], truth: Sequence[str], k: int) -> list[str]:

@@ -10,24 +10,28 @@ through the ICD-9 mapper; a name that maps to nothing keeps its rank and matches
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
 from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
-from medeval_core.data.files import json_value, numbered_lines, problem_of
+from medeval_core.data.files import json_lines, problem_of
 from medeval_core.memory import gc_paused
-from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
-from medeval_core.vocabularies.icd9 import Icd9Error, Icd9Mapper, category
+from medeval_core.vocabularies.icd9_codes import Icd9Error, category
+
+if TYPE_CHECKING:
+    from medeval_core.vocabularies.icd9 import Icd9Mapper
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
 # Truth codes with these methods were given as codes; any other method (exact, synonym, crosswalk, embedding, llm)
 # means a free-text diagnosis was mapped to make them, and every summary says so.
 GIVEN_METHODS = frozenset({"given", "code", "corrected"})
+# ``_STR_ONLY.issuperset(map(type, items))``: every item is a string, without building a set per line.
+_STR_ONLY = frozenset({str})
 
 
 class ScoreFileError(ValueError):
@@ -83,20 +87,20 @@ class _Categories(dict[str, str | None]):
         return found
 
 
-def _lines(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
-    for number, line in numbered_lines(path, ScoreFileError, f"does not exist; give the {what} JSON Lines file."):
-        try:
-            raw = json_value(line.decode("utf-8"))
-        except ValueError as exc:
-            raise ScoreFileError(f"{path} line {number}: {problem_of(exc)}; fix that line.") from None
-        if not isinstance(raw, dict) or not isinstance(raw.get("case_id"), str | int) \
-                or isinstance(raw.get("case_id"), bool):
+def _lines(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line, the first line that is no JSON object with a case id refused;
+    a generator, so the readers check each line as it comes (a list of 20,000 lines read twice cost more)."""
+    number = 0  # the last line's number: 0 when the file has no line
+    for number, raw, problem in json_lines(path, ScoreFileError,
+                                           f"does not exist; give the {what} JSON Lines file."):
+        if problem is not None:
+            raise ScoreFileError(f"{path} line {number}: {problem_of(problem)}; fix that line.")
+        # Exact types (JSON makes no subclasses): a bool, which is an int, is no case id.
+        if type(raw) is not dict or type(raw.get("case_id")) not in (str, int):
             raise ScoreFileError(f'{path} line {number} needs a "case_id".')
-        rows.append((number, raw))
-    if not rows:
+        yield number, raw
+    if not number:
         raise ScoreFileError(f"The {what} file {path} has no lines.")
-    return rows
 
 
 def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, list[str]], dict[str, int]]:
@@ -109,7 +113,7 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
-        if not set(map(type, codes)) <= {str}:
+        if not _STR_ONLY.issuperset(map(type, codes)):
             # A records file's {"code", "method"} entries; plain code lists (the usual truth file) skip this.
             methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
             codes = [item.get("code") if isinstance(item, dict) else item for item in codes]
@@ -121,7 +125,7 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         case_id = str(raw["case_id"])
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        truth[case_id] = [found for found in dict.fromkeys(case_categories) if found is not None]
+        truth[case_id] = list(dict.fromkeys(cast(list[str], case_categories)))  # None refused above
     return truth, mapped_truth_methods(methods)
 
 
@@ -129,7 +133,7 @@ def read_predictions(path: Path) -> dict[str, list[str]]:
     predictions: dict[str, list[str]] = {}
     for number, raw in _lines(path, "predictions"):
         ranked = raw.get("predictions")
-        if not isinstance(ranked, list) or not set(map(type, ranked)) <= {str}:
+        if not isinstance(ranked, list) or not _STR_ONLY.issuperset(map(type, ranked)):
             raise ScoreFileError(f'{path} line {number}: "predictions" must be a ranked list of codes or names.')
         case_id = str(raw["case_id"])
         if case_id in predictions:
@@ -152,6 +156,9 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
     mapped: dict[str, str | None] = {}
     methods: Counter[str] = Counter()
     if names:
+        # The mapper's module (its vocabulary, stemmer and models) only for names: codes need none of it.
+        from medeval_core.vocabularies.icd9 import Icd9Mapper
+
         mapper = mapper or Icd9Mapper()
         for name in sorted(names):
             mapping = mapper.map(name)
@@ -174,6 +181,9 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
 
 def headline(per_case: Sequence[dict[str, float]], questions: Sequence[int], denominator: str) -> list[Metric]:
     """Hit@K with Wilson intervals (a per-case 0/1), Rec@K and Ave-Q with bootstrap intervals."""
+    # Imported here: the intervals need numpy (a tenth of a second), which ``score hitk`` never uses.
+    from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
+
     n = len(per_case)
     metrics: list[Metric] = []
     for name in METRIC_NAMES:
