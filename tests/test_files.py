@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from medeval_core.data.files import json_lines, json_value, numbered_lines, problem_of, replaced_in_one_step
+from medeval_core.data.files import json_lines, json_value, problem_of, replaced_in_one_step
 
 
 def test_a_file_is_replaced_whole_or_not_at_all(tmp_path):
@@ -36,7 +36,10 @@ def test_json_lines_gives_each_line_what_json_value_gives_it_alone(tmp_path, end
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + end.join([*TRICKY_LINES, undecodable]) + end + b'{"last": true}')
     expected = []
-    for number, line in numbered_lines(path, ValueError, "missing"):
+    # The lines as bytes split them (what the readers did line by line before json_lines), blank ones left out.
+    for number, line in enumerate(path.read_bytes().removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
+        if not line.strip():
+            continue
         try:
             expected.append((number, repr(json_value(line.decode("utf-8"))), None))
         except ValueError as exc:

@@ -70,23 +70,14 @@ def problem_of(exc: ValueError) -> str:
 
 
 def _file_bytes(path: Path, error: type[Exception], missing: str) -> bytes:
+    """The file's bytes, a leading byte-order mark dropped; ``error`` says "<path> <missing>" for a missing file and
+    that it cannot be read otherwise."""
     try:
         return path.read_bytes().removeprefix(b"\xef\xbb\xbf")
     except FileNotFoundError:
         raise error(f"{path} {missing}") from None
     except OSError as exc:
         raise error(f"Cannot read {path} ({exc.strerror}); give a UTF-8 JSON Lines file.") from None
-
-
-def _non_blank(lines: list[bytes]) -> Iterator[tuple[int, bytes]]:
-    return ((number, line) for number, line in enumerate(lines, start=1) if line.strip())
-
-
-def numbered_lines(path: Path, error: type[Exception], missing: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes) of the non-blank lines of ``path``, a leading byte-order mark dropped; ``error`` says
-    "<path> <missing>" for a missing file and that it cannot be read otherwise. Decoding is left to the caller, so
-    a line that is not UTF-8 is reported by its number."""
-    return _non_blank(_file_bytes(path, error, missing).splitlines())
 
 
 # The scanner ``json.loads`` uses (the C one), called on each line: ``json.loads`` wraps it in several
@@ -105,7 +96,7 @@ def _parsed(line: str | bytes) -> tuple[Any, ValueError | None]:
 
 
 def json_lines(path: Path, error: type[Exception], missing: str) -> Iterator[tuple[int, Any, ValueError | None]]:
-    """(line number, parsed value, None) for each non-blank line of ``path`` (``numbered_lines``), or
+    """(line number, parsed value, None) for each non-blank line of ``path`` (a leading byte-order mark dropped), or
     (line number, None, the ValueError saying why) for a line that is not UTF-8, not JSON or nested too deeply.
 
     Each line's value is exactly ``json_value`` of it: the scanner's answer is taken only when it read the whole
@@ -115,8 +106,9 @@ def json_lines(path: Path, error: type[Exception], missing: str) -> Iterator[tup
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        for number, undecoded in _non_blank(data.splitlines()):
-            yield number, *_parsed(undecoded)
+        for number, undecoded in enumerate(data.splitlines(), start=1):
+            if undecoded.strip():
+                yield number, *_parsed(undecoded)
         return
     if "\r" in text:  # bytes.splitlines() ends a line at \r and \r\n too
         text = text.replace("\r\n", "\n").replace("\r", "\n")

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from medeval_core.data.files import SkippedLine, json_value, numbered_lines, problem_of, read_json_lines
+from medeval_core.data.files import SkippedLine, json_lines, problem_of, read_json_lines
 from medeval_core.records import Case
 from medeval_core.vocabularies.icd9 import Icd9Mapper, category, display_code, normalise_code
 
@@ -204,11 +204,11 @@ def agentclinic_lines(path: Path) -> list[tuple[int, Any]]:
     """(line number, case) of every JSON line of an AgentClinic file, for picking a case before mapping it; a line
     that is not JSON refuses the file with its number."""
     found = []
-    for number, text in numbered_lines(path, RecordFileError, "does not exist; give an AgentClinic JSON Lines file."):
-        try:
-            found.append((number, json_value(text.decode("utf-8"))))
-        except ValueError as exc:
-            raise RecordFileError(f"{path} line {number}: {problem_of(exc)}; fix that line.") from None
+    for number, value, problem in json_lines(path, RecordFileError,
+                                             "does not exist; give an AgentClinic JSON Lines file."):
+        if problem is not None:
+            raise RecordFileError(f"{path} line {number}: {problem_of(problem)}; fix that line.") from None
+        found.append((number, value))
     return found
 
 

@@ -29,8 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from medeval_core.data.files import (
     SKIP_REMEDY,
     SkippedLine,
-    json_value,
-    numbered_lines,
+    json_lines,
     problem_of,
     read_json_lines,
     replaced_in_one_step,
@@ -134,12 +133,8 @@ def load_cases(path: str | Path) -> list[SDBenchCase]:
 
 def is_agentclinic_file(path: str | Path) -> bool:
     """Whether the file's first row is an AgentClinic row (``OSCE_Examination``) rather than an SDBench case."""
-    for _, line in numbered_lines(Path(path), CaseFileError, _MISSING):
-        try:
-            value = json_value(line.decode("utf-8"))
-        except ValueError:
-            return False
-        return isinstance(value, dict) and "OSCE_Examination" in value
+    for _, value, problem in json_lines(Path(path), CaseFileError, _MISSING):
+        return problem is None and isinstance(value, dict) and "OSCE_Examination" in value
     return False
 
 
@@ -325,9 +320,10 @@ def import_agentclinic(path: str | Path, split: str = SPLITS_DEFAULT) -> ReadRep
     """Every usable row of an AgentClinic MedQA / MedQA-extended file; bad rows are skipped with their lines."""
     path = Path(path)
     report = ReadReport(cases=[])
-    for number, line in numbered_lines(path, CaseFileError, _MISSING):
+    for number, value, problem in json_lines(path, CaseFileError, _MISSING):
         try:
-            value = json_value(line.decode("utf-8"))
+            if problem is not None:
+                raise problem
             if not isinstance(value, Mapping):
                 raise ValueError("not a JSON object")
             report.cases.append(from_agentclinic(value, number, f"{SOURCE_AGENTCLINIC}: {path.name}", split))
