@@ -196,8 +196,7 @@ class _Claims:
     def refill(self) -> None:
         """Claim more when fewer cases wait than the case threads get through in about two commit intervals (so
         they do not wait for a claim while this thread commits), unless the queue ran dry."""
-        elapsed = time.monotonic() - self.tally.started
-        pace = self.tally.ran / elapsed if elapsed > 0 else 0.0
+        pace = self._pace()
         # At least a case per thread; at most half a full claim, so a fast run does not claim the queue ahead.
         low_water = min(self.runner.max_claim // 2,
                         max(self.runner.concurrency, int(pace * 2 * self.runner.commit_interval_s)))
@@ -220,9 +219,7 @@ class _Claims:
             self._set_dry()
             return
         runner = self.runner
-        elapsed = time.monotonic() - self.tally.started
-        pace = self.tally.ran / elapsed if elapsed > 0 else 0.0
-        size = int(min(runner.max_claim, max(at_least, runner.concurrency, pace * runner.claim_target_s)))
+        size = int(min(runner.max_claim, max(at_least, runner.concurrency, self._pace() * runner.claim_target_s)))
         claimed = runner.db(runner.store.claim_cases, self.run_id, self.worker_id, self.keys, size,
                             runner.lease_s, grouped=runner.claim_group is not None)
         if not claimed:
@@ -239,6 +236,11 @@ class _Claims:
                 self._left[claim_id] += 1
                 self._queue.append((case_id, repetition))
             self._changed.notify_all()
+
+    def _pace(self) -> float:
+        """Cases this worker ran per second so far."""
+        elapsed = time.monotonic() - self.tally.started
+        return self.tally.ran / elapsed if elapsed > 0 else 0.0
 
     def _set_dry(self) -> None:
         with self._changed:

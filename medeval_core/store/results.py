@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import Table, Text, cast, func, or_
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection, Dialect, Row
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import select
 
@@ -236,7 +236,7 @@ def stored_statuses(connection: Connection, run_id: str, case_ids: Sequence[str]
         return {(case_id, rep): status for case_id, rep, status in connection.exec_driver_sql(
             "SELECT case_id, repetition, status FROM case_results WHERE run_id = %s "
             "AND case_id = ANY(%s::varchar[])", (run_id, list(case_ids)))}
-    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    mark = _placeholder(connection.dialect)
     statuses: dict[tuple[str, int], str] = {}
     for start in range(0, len(case_ids), 900):
         chunk = case_ids[start:start + 900]
@@ -244,6 +244,11 @@ def stored_statuses(connection: Connection, run_id: str, case_ids: Sequence[str]
             f"SELECT case_id, repetition, status FROM case_results WHERE run_id = {mark} "
             f"AND case_id IN ({', '.join([mark] * len(chunk))})", (run_id, *chunk))})
     return statuses
+
+
+def _placeholder(dialect: Dialect) -> str:
+    """The driver's parameter mark, for SQL written for the driver itself."""
+    return "?" if dialect.paramstyle == "qmark" else "%s"
 
 
 def _insert_rows(connection: Connection, table: Table, records: Sequence[BaseModel],
@@ -278,7 +283,7 @@ def _insert_rows(connection: Connection, table: Table, records: Sequence[BaseMod
             for value in values:
                 copy.write_row(value)
         return
-    marks = ", ".join(("?" if dialect.paramstyle == "qmark" else "%s") for _ in keys)
+    marks = ", ".join([_placeholder(dialect)] * len(keys))
     connection.exec_driver_sql(f"INSERT INTO {quote.format_table(table)} ({columns}) VALUES ({marks})", values)
 
 
