@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -156,3 +157,29 @@ def test_a_model_inside_an_output_or_payload_is_stored_as_its_json(store: Store)
     (stored,) = store.results("r")
     assert stored.output["score"] == stored.scores["value"] == score.model_dump(mode="json")
     assert store.turns("r", "c1")[0].payload == {"score": score.model_dump(mode="json")}
+
+
+def test_the_group_commit_stores_what_an_orm_insert_stores(store: Store) -> None:
+    """The group commit writes through the driver (COPY on PostgreSQL, JSON as the serializer's text); every
+    column, read back as text, equals what SQLAlchemy's ``table.insert()`` stores for the same record."""
+    from datetime import UTC, datetime
+
+    from medeval_core.benchmark import Score
+    from medeval_core.records import CaseRecords
+    from medeval_core.store.engine import core_table
+    from medeval_core.store.tables import CaseResultRow
+
+    store.create_run(RunConfig(benchmark="demo"), run_id="r")
+    stamp = datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=UTC)
+    values: dict[str, Any] = {
+        "output": {"text": "é ✓ \"quoted\"\n", "nested": [1, 2.5, None, {"b": False}], "score": Score(value=1)},
+        "metrics": {"correct": True, "cost": 0.1 + 0.2}, "scores": {}, "started_at": stamp, "finished_at": stamp,
+        "status": CaseStatus.OK, "repetition": 0, "error": None}
+    store.save_case_records([CaseRecords(result=CaseResult(run_id="r", case_id="copied", **values))])
+    table = core_table(CaseResultRow)
+    with store.engine.begin() as connection:
+        connection.execute(table.insert().values(run_id="r", case_id="inserted", **values))
+        columns = [column.name for column in table.c if column.name not in ("id", "case_id")]
+        rows = {case_id: rest for case_id, *rest in connection.execute(text(
+            f"SELECT case_id, {', '.join(f'CAST({name} AS TEXT)' for name in columns)} FROM case_results"))}
+    assert rows["copied"] == rows["inserted"]

@@ -42,7 +42,7 @@ def _record_as_json(value: object) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_json_text = json.JSONEncoder(default=_record_as_json).encode
+json_text = json.JSONEncoder(default=_record_as_json).encode
 """``json.dumps(value, default=_record_as_json)``, without building an encoder per value (json.dumps does when
 given ``default``): a runner writes four JSON columns per case."""
 
@@ -53,14 +53,14 @@ def make_engine(url: str) -> Engine:
         # Timestamps are stored without a zone and meant as UTC: the session's zone must not shift them. A host
         # that does not answer fails a connection in 10 s, so a worker's outage retries see it (not the OS's
         # two-minute TCP timeout).
-        return create_engine(url, pool_pre_ping=True, json_serializer=_json_text,
+        return create_engine(url, pool_pre_ping=True, json_serializer=json_text,
                              connect_args={"options": "-c timezone=UTC", "connect_timeout": 10})
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, json_serializer=_json_text)
+        return create_engine(url, pool_pre_ping=True, json_serializer=json_text)
     database = parsed.database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, json_serializer=_json_text)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, json_serializer=json_text)
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
