@@ -8,15 +8,16 @@ summary over 100,000 results.
   the runner stores them, JSON serialised inside the timing) written by the plain driver into the same tables,
   1,000 cases per transaction: ``sqlite3`` ``executemany`` (``plain_sqlite3_per_s``), and on PostgreSQL psycopg
   ``executemany`` and ``COPY``. Targets: the runner >= 0.5x plain sqlite3; on PostgreSQL (``--db-url``) the
-  runner at concurrency 4 >= the SQLite runner's rate (run both and compare). Also printed: the old per-result path
-  (``Store.save_result`` once per case) on a smaller count.
+  runner at concurrency 4 >= the SQLite runner's rate (run both and compare). ``--worker-processes N`` makes the
+  runner side N worker processes draining one run together, as a shared deployment runs them (on either
+  database). Also printed: the old per-result path (``Store.save_result`` once per case) on a smaller count.
 - summary: a run of 100,000 results (25,000 cases x 4 repetitions, three metrics), the runs page's summary
   uncached: ``compare.run_summaries`` loading the run's metrics (``Store.metric_rows``) and summarising them.
   Target <= 1 s. Printed beside it: the full path (``Store.results`` then ``compare.summarize_metrics``) and the
   cached ``run_summaries`` on an unchanged run.
 
     .venv/bin/python bench/store_bench.py [--cases 20000] [--concurrency 1] [--rounds 3] [--summary-results 100000]
-                                          [--db-url URL] [--json]
+                                          [--db-url URL] [--worker-processes 1] [--json]
 
 With ``--json`` the last line is ``{"results_per_s": ..., "summary_s": ...}`` (plus the other figures). With
 ``--db-url`` the runs go to that database instead (run ids are unique, so a shared database is left with them).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sqlite3
 import statistics
@@ -62,6 +64,8 @@ from medeval_core.settings import load_settings  # noqa: E402
 from medeval_core.store import Store  # noqa: E402
 
 WRITE_TARGET_RATIO = 0.5
+STARTUP_S = 8.0
+"""How long worker processes get to import and load their cases before the common start."""
 PLAIN_BATCH = 1_000
 SUMMARY_TARGET_S = 1.0
 
@@ -91,6 +95,41 @@ def bench_runner(store: Store, n_cases: int, concurrency: int) -> float:
     if report.done != n_cases:
         raise SystemExit(f"The runner finished {report.done} of {n_cases} cases.")
     return n_cases / elapsed
+
+
+def _worker_process(url: str, run_id: str, n_cases: int, concurrency: int, start: Any, finished: Any) -> None:
+    """One worker process of ``bench_worker_processes``: loads the cases as a worker does, waits for the start,
+    runs the run with the others and reports when its last commit is done."""
+    store = Store(url)
+    with long_lived(freeze=True):
+        cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
+    runner = BatchRunner(store, load_settings(), concurrency=concurrency)
+    start.wait()
+    runner.execute(run_id, cases, instant_case, repetitions=1)
+    finished.put(time.monotonic())
+
+
+def bench_worker_processes(store: Store, url: str, n_cases: int, processes: int, concurrency: int) -> float:
+    """``processes`` worker processes (as ``medeval worker`` runs them, several per run on a shared database) drain
+    one run of ``n_cases`` together: results per second from the common start to the last one's end, their start-up
+    (imports, loading the cases) left out."""
+    run_id = new_run(store, f"processes-{processes}", n_cases)
+    context = multiprocessing.get_context("spawn")
+    start, finished = context.Event(), context.Queue()
+    workers = [context.Process(target=_worker_process, args=(url, run_id, n_cases, concurrency, start, finished))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    time.sleep(STARTUP_S)
+    started = time.monotonic()
+    start.set()
+    ends = [finished.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    stored = len(store.metric_rows(run_id))
+    if stored != n_cases:
+        raise SystemExit(f"{processes} worker processes stored {stored} of {n_cases} cases.")
+    return n_cases / (max(ends) - started)
 
 
 def plain_rows(run_id: str, n_cases: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -189,6 +228,9 @@ def main() -> int:
                         help="results through the old per-result save_result path (0: skip)")
     parser.add_argument("--summary-results", type=int, default=100_000)
     parser.add_argument("--db-url", help="database to write to (default: a SQLite file in a temporary folder)")
+    parser.add_argument("--worker-processes", type=int, default=1,
+                        help="the runner side as this many worker processes draining each run together (default 1: "
+                             "the runner in this process)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     args = parser.parse_args()
 
@@ -197,7 +239,8 @@ def main() -> int:
         store = Store(url)
         plain = ["sqlite3"] if store.engine.dialect.name == "sqlite" else ["executemany", "copy"]
         sides: dict[str, Callable[[], float]] = {
-            "runner": partial(bench_runner, store, args.cases, args.concurrency),
+            "runner": partial(bench_runner, store, args.cases, args.concurrency) if args.worker_processes == 1 else
+            partial(bench_worker_processes, store, url, args.cases, args.worker_processes, args.concurrency),
             **{f"plain {method}": partial(bench_plain, store, url, args.cases, method) for method in plain}}
         rates: dict[str, list[float]] = {name: [] for name in sides}
         for round_number in range(args.rounds):
@@ -209,7 +252,9 @@ def main() -> int:
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
     print(f"writes on {store.engine.dialect.name}, {args.cases} cases per pass, {args.rounds} rounds interleaved, "
-          f"runner at concurrency {args.concurrency}; load average {os.getloadavg()[0]:.2f}")
+          f"runner at concurrency {args.concurrency}" + (f" in each of {args.worker_processes} worker processes"
+                                                         if args.worker_processes > 1 else "")
+          + f"; load average {os.getloadavg()[0]:.2f}")
     for name, values in rates.items():
         print(f"  {name:<18} median {medians[name]:9,.0f} results/s (fastest round {max(values):9,.0f}, slowest "
               f"{min(values):9,.0f})")
@@ -231,7 +276,8 @@ def main() -> int:
                           "summary_s": round(summary_s, 4),
                           "save_result_per_s": None if baseline is None else round(baseline, 1),
                           "results_and_summarize_s": round(full_s, 4), "summary_cached_s": round(cached_s, 5),
-                          "cases": args.cases, "concurrency": args.concurrency, "summary_results": args.summary_results,
+                          "cases": args.cases, "concurrency": args.concurrency,
+                          "worker_processes": args.worker_processes, "summary_results": args.summary_results,
                           "ok": ok}))
     return 0 if ok else 1
 
