@@ -12,12 +12,16 @@ import importlib
 import os
 import pkgutil
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.benchmark import Benchmark, BenchmarkError
 from medeval_core.data import DataSource
+from medeval_core.errors import BenchmarkError
+
+# Only for annotations: the interfaces import the records and the settings, which reading the specs never needs.
+if TYPE_CHECKING:
+    from medeval_core.benchmark import Benchmark
 
 
 class PageInfo(BaseModel):

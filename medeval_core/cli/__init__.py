@@ -14,18 +14,24 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, get_args, get_origin
 
-from pydantic import BaseModel
-
-from medeval_core import registry
-from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.errors import DatabaseUnavailable, StoreError, StoreFullError, one_line
+from medeval_core.errors import (
+    BenchmarkError,
+    DatabaseUnavailable,
+    SettingsError,
+    StoreError,
+    StoreFullError,
+    one_line,
+)
 from medeval_core.redaction import redact
-from medeval_core.settings import SettingsError
 
+# Only for annotations: pydantic, the registry (every spec) and the settings are imported by the commands that use
+# them, so a command that needs none of them (``score hitk``) starts without them.
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from medeval_core.benchmark import RunSummary
     from medeval_core.runs.runner import Progress, ProgressCallback, RunReport
     from medeval_core.settings import Settings
     from medeval_core.store import Store
@@ -38,9 +44,9 @@ COMMAND_MODULES = (
 )
 
 
-@dataclass(frozen=True)
-class CommandGroups:
-    """Where a command module adds its parsers: top-level commands, or per-benchmark under run/judge/score."""
+class CommandGroups(NamedTuple):
+    """Where a command module adds its parsers: top-level commands, or per-benchmark under run/judge/score.
+    (A NamedTuple, not a dataclass: ``dataclasses`` imports ``inspect``, 20 ms of every command's start.)"""
 
     top: argparse._SubParsersAction
     run: argparse._SubParsersAction
@@ -158,6 +164,8 @@ class BenchmarkCli:
         self.name = name
 
     def params_model(self) -> type[BaseModel]:
+        from medeval_core import registry
+
         return registry.benchmark(self.name).Params
 
     def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -254,6 +262,8 @@ def _at_least_one(text: str) -> int:
 
 
 def extension(name: str) -> BenchmarkCli:
+    from medeval_core import registry
+
     found = registry.cli_extension(name)
     return found if isinstance(found, BenchmarkCli) else BenchmarkCli(name)
 
@@ -278,6 +288,8 @@ def _run_handler(name: str) -> Any:
 
 
 def _add_benchmark_commands(groups: CommandGroups) -> None:
+    from medeval_core import registry
+
     for name, item in sorted(registry.specs().items()):
         parser = groups.run.add_parser(name, help=item.description, description=item.description)
         cli = extension(name)
