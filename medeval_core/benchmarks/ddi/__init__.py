@@ -7,8 +7,11 @@ summarises a run, ``interactive`` serves the lesion page (a session per evaluati
 and ISIC data sources, ``reported`` recomputes the document's reported figures from their counts, and ``cli`` adds
 the ``run ddi`` options, ``judge ddi`` and ``check-reported`` (``reported_cli``).
 
-This module imports nothing (see ``medeval_core.benchmarks``); it names the roles.
+This module imports nothing (see ``medeval_core.benchmarks``); it names the roles, the CLI and its commands.
 """
 
 VLM_ROLE = "vlm"
 JUDGE_ROLE = "judge"
+
+CLI = "medeval_core.benchmarks.ddi.cli:CLI"
+COMMANDS = ("judge ddi", "check-reported")

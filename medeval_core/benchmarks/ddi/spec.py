@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from medeval_core.benchmarks.ddi import JUDGE_ROLE, VLM_ROLE
+from medeval_core.benchmarks.ddi import CLI, JUDGE_ROLE, VLM_ROLE
 from medeval_core.benchmarks.ddi.sources import DDI, LESIONS
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -12,7 +12,7 @@ SPEC = BenchmarkSpec(
     description="DDI lesion diagnosis: the tested vision-language model, then the judge (a score run over its "
                 "responses)",
     factory="medeval_core.benchmarks.ddi.benchmark:DdiBenchmark",
-    cli="medeval_core.benchmarks.ddi.cli:CLI",
+    cli=CLI,
     pages=(
         PageInfo(
             path=str(Path(__file__).with_name("page_lesion.py")),

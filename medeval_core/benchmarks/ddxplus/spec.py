@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medeval_core.benchmarks.ddxplus import CLI
 from medeval_core.benchmarks.ddxplus.sources import SOURCE
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -13,7 +14,7 @@ SPEC = BenchmarkSpec(
     description="Question simulated DDXPlus patients (30 questions at most) with an agent and score DDR, DDP, "
                 "DDF1, GTPA, GTPA@1, PER and IL beside the published AARLC and BASD rows.",
     factory="medeval_core.benchmarks.ddxplus.benchmark:DDXPlusBenchmark",
-    cli="medeval_core.benchmarks.ddxplus.cli:CLI",
+    cli=CLI,
     pages=(PageInfo(
         path=str(Path(__file__).with_name("page_walkthrough.py")),
         title="DDXPlus walkthrough", icon=":material/forum:",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medeval_core.benchmarks.dynamicare import CLI
 from medeval_core.benchmarks.dynamicare.sources import AGENTCLINIC
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -13,7 +14,7 @@ SPEC = BenchmarkSpec(
     description="A doctor questions a patient simulated from a record (10 questions at most) and ranks up to 10 "
                 "diagnoses, mapped to ICD-9; Hit@5, Hit@10, Rec@5, Rec@10 on the categories and Ave-Q.",
     factory="medeval_core.benchmarks.dynamicare.benchmark:DynamicareBenchmark",
-    cli="medeval_core.benchmarks.dynamicare.cli:CLI",
+    cli=CLI,
     pages=(PageInfo(
         path=str(Path(__file__).with_name("page_walkthrough.py")), title="Open diagnosis walkthrough",
         icon=":material/medical_information:", section="Benchmarks", url_path="open-diagnosis",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medeval_core.benchmarks.mediq import CLI
 from medeval_core.benchmarks.mediq.sources import SOURCE
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -14,7 +15,7 @@ SPEC = BenchmarkSpec(
                 "most, then chooses an option; accuracy with a Wilson interval, Ave-Q, the timeout rate and the "
                 "accuracy without asking.",
     factory="medeval_core.benchmarks.mediq.benchmark:MediqBenchmark",
-    cli="medeval_core.benchmarks.mediq.cli:CLI",
+    cli=CLI,
     pages=(PageInfo(
         path=str(Path(__file__).with_name("page_walkthrough.py")),
         title="MEDIQ walkthrough", icon=":material/quiz:",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from medeval_core.benchmarks.sdbench import AGENT_ROLE, GATEKEEPER_ROLE, JUDGE_ROLE, PRICING_ROLE
+from medeval_core.benchmarks.sdbench import AGENT_ROLE, CLI, GATEKEEPER_ROLE, JUDGE_ROLE, PRICING_ROLE
 from medeval_core.benchmarks.sdbench.sources import CASES, COSTING
 from medeval_core.registry import BenchmarkSpec, ModelRole, PageInfo
 
@@ -14,7 +14,7 @@ SPEC = BenchmarkSpec(
     description="An agent asks questions and orders tests of a gatekeeper until it commits a diagnosis; a judge "
                 "scores it 1-5 (4-5 correct) and each visit and test is priced: accuracy against cost per case.",
     factory="medeval_core.benchmarks.sdbench.benchmark:SDBenchBenchmark",
-    cli="medeval_core.benchmarks.sdbench.cli:CLI",
+    cli=CLI,
     pages=(PageInfo(
         path=str(Path(__file__).with_name("page_walkthrough.py")),
         title="SDBench walkthrough", icon=":material/labs:",
