@@ -13,17 +13,15 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from pydantic import BaseModel, Field
-
-from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
-from medeval_core.data.files import json_lines, problem_of
+from medeval_core.jsonl import json_lines, problem_of
 from medeval_core.memory import gc_paused
 from medeval_core.vocabularies.icd9_codes import Icd9Error, category
 
 if TYPE_CHECKING:
+    from medeval_core.benchmark import Metric
     from medeval_core.vocabularies.icd9 import Icd9Mapper
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
@@ -38,17 +36,20 @@ class ScoreFileError(ValueError):
     """A predictions or truth file that cannot be scored; the message names the line and the problem."""
 
 
-class HitKReport(BaseModel):
+class HitKReport(NamedTuple):
+    """What ``score_files`` found. A NamedTuple: a pydantic model would import pydantic (a tenth of a second of
+    ``score hitk``'s start) and a dataclass ``inspect``; nothing here needs validating or serialising."""
+
     metrics: dict[str, float]
     n: int
     per_case: dict[str, dict[str, float]]
-    unmapped: list[str] = Field(default_factory=list)
-    missing_predictions: list[str] = Field(default_factory=list)
-    unknown_cases: list[str] = Field(default_factory=list)
-    mapped_names: dict[str, str] = Field(default_factory=dict)
-    name_methods: dict[str, int] = Field(default_factory=dict)
+    unmapped: list[str]
+    missing_predictions: list[str]
+    unknown_cases: list[str]
+    mapped_names: dict[str, str]
+    name_methods: dict[str, int]
     """How the predicted names were mapped: method -> how many names (``Icd9Mapping.method``)."""
-    truth_mapped: dict[str, int] = Field(default_factory=dict)
+    truth_mapped: dict[str, int]
     """Truth cases whose codes were mapped from a diagnosis name, by method; empty when all were given as codes."""
 
 
@@ -168,9 +169,7 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
                 for case_id, gold in truth.items()}
     n = len(per_case)
     metrics = {name: sum(values[name] for values in per_case.values()) / n for name in METRIC_NAMES}
-    # Built from values of the declared types: validating 20,000 cases' figures again would cost more than
-    # scoring them.
-    return HitKReport.model_construct(
+    return HitKReport(
         metrics=metrics, n=n, per_case=per_case,
         unmapped=sorted(name for name, value in mapped.items() if value is None),
         missing_predictions=[case_id for case_id in truth if case_id not in predictions],
@@ -181,7 +180,8 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
 
 def headline(per_case: Sequence[dict[str, float]], questions: Sequence[int], denominator: str) -> list[Metric]:
     """Hit@K with Wilson intervals (a per-case 0/1), Rec@K and Ave-Q with bootstrap intervals."""
-    # Imported here: the intervals need numpy (a tenth of a second), which ``score hitk`` never uses.
+    # Imported here: the metric model needs pydantic and the intervals numpy, which ``score hitk`` never uses.
+    from medeval_core.benchmark import Metric
     from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 
     n = len(per_case)
