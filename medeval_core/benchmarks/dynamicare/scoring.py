@@ -114,11 +114,12 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
-        if not _STR_ONLY.issuperset(map(type, codes)):
-            # A records file's {"code", "method"} entries; plain code lists (the usual truth file) skip this.
+        if _STR_ONLY.issuperset(map(type, codes)):  # plain code lists, the usual truth file
+            case_categories = list(map(categories.__getitem__, codes))
+        else:  # a records file's {"code", "method"} entries
             methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
             codes = [item.get("code") if isinstance(item, dict) else item for item in codes]
-        case_categories = [categories[code] if isinstance(code, str) else None for code in codes]
+            case_categories = [categories[code] if isinstance(code, str) else None for code in codes]
         if None in case_categories:
             code = codes[case_categories.index(None)]
             raise ScoreFileError(f"{path} line {number}: {code!r} is not an ICD-9 code (e.g. 428.0, E815.0, "
@@ -130,17 +131,23 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
     return truth, mapped_truth_methods(methods)
 
 
-def read_predictions(path: Path) -> dict[str, list[str]]:
-    predictions: dict[str, list[str]] = {}
+def read_predictions(path: Path, categories: _Categories) -> tuple[dict[str, list[str | None]], dict[str, list[str]]]:
+    """Case id -> the categories of its ranked predictions (None for a name), and case id -> the ranked predictions
+    of the cases that hold a name (to be mapped once all names are known). Each line's categories are looked up as it
+    is read: a set of all 200,000 predictions, then their look-up case by case, cost more."""
+    ranked_categories: dict[str, list[str | None]] = {}
+    with_names: dict[str, list[str]] = {}
     for number, raw in _lines(path, "predictions"):
         ranked = raw.get("predictions")
         if not isinstance(ranked, list) or not _STR_ONLY.issuperset(map(type, ranked)):
             raise ScoreFileError(f'{path} line {number}: "predictions" must be a ranked list of codes or names.')
         case_id = str(raw["case_id"])
-        if case_id in predictions:
+        if case_id in ranked_categories:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        predictions[case_id] = ranked
-    return predictions
+        ranked_categories[case_id] = found = list(map(categories.__getitem__, ranked))
+        if None in found:
+            with_names[case_id] = ranked
+    return ranked_categories, with_names
 
 
 def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None = None) -> HitKReport:
@@ -152,8 +159,8 @@ def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | N
 def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None) -> HitKReport:
     categories = _Categories()
     truth, truth_mapped = read_truth(truth_path, categories)
-    predictions = read_predictions(predictions_path)
-    names = {item for item in set(chain.from_iterable(predictions.values())) if categories[item] is None}
+    predictions, with_names = read_predictions(predictions_path, categories)
+    names = {item for item in chain.from_iterable(with_names.values()) if categories[item] is None}
     mapped: dict[str, str | None] = {}
     methods: Counter[str] = Counter()
     if names:
@@ -165,8 +172,9 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
             mapping = mapper.map(name)
             mapped[name] = categories[name] = mapping.category
             methods[mapping.method] += 1
-    per_case = {case_id: case_metrics(list(map(categories.__getitem__, predictions.get(case_id, ()))), gold)
-                for case_id, gold in truth.items()}
+        for case_id, ranked in with_names.items():
+            predictions[case_id] = list(map(categories.__getitem__, ranked))
+    per_case = {case_id: case_metrics(predictions.get(case_id, ()), gold) for case_id, gold in truth.items()}
     n = len(per_case)
     metrics = {name: sum(values[name] for values in per_case.values()) / n for name in METRIC_NAMES}
     return HitKReport(
