@@ -9,7 +9,6 @@ run ends with the one ``RunSummary`` printer. Only light modules are imported to
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import itertools
 import json
@@ -424,6 +423,8 @@ def options_of(parser: argparse.ArgumentParser) -> set[str]:
 
 def unknown_options_message(command: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
     """``unknown option --patinets; did you mean --patients?`` for each unknown option (difflib's closest)."""
+    import difflib  # only a refused command line comes here
+
     known = [option for action in command._actions for option in action.option_strings]
     options = [given for given in unknown if given.startswith("-")]
     if not options:  # only stray values
