@@ -104,10 +104,10 @@ def _lines(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
         raise ScoreFileError(f"The {what} file {path} has no lines.")
 
 
-def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """Case id -> ground-truth categories (distinct, in order), and the cases whose codes were mapped from a name
+def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, set[str]], dict[str, int]]:
+    """Case id -> its distinct ground-truth categories, and the cases whose codes were mapped from a name
     (``mapped_truth_methods``: a records file's ``{"code", "method"}`` entries say how)."""
-    truth: dict[str, list[str]] = {}
+    truth: dict[str, set[str]] = {}
     methods: list[list[str]] = []
     categories = _Categories() if categories is None else categories
     for number, raw in _lines(path, "truth"):
@@ -127,7 +127,7 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         case_id = str(raw["case_id"])
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        truth[case_id] = list(dict.fromkeys(cast(list[str], case_categories)))  # None refused above
+        truth[case_id] = set(cast(list[str], case_categories))  # None refused above
     return truth, mapped_truth_methods(methods)
 
 
@@ -174,14 +174,23 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
             methods[mapping.method] += 1
         for case_id, ranked in with_names.items():
             predictions[case_id] = list(map(categories.__getitem__, ranked))
-    per_case = {case_id: case_metrics(predictions.get(case_id, ()), gold) for case_id, gold in truth.items()}
+    per_case: dict[str, dict[str, float]] = {}
+    missing_predictions: list[str] = []
+    for case_id, gold in truth.items():
+        predicted = predictions.get(case_id)
+        if predicted is None:
+            missing_predictions.append(case_id)
+        per_case[case_id] = case_metrics(() if predicted is None else predicted, gold)
     n = len(per_case)
     metrics = {name: sum(values[name] for values in per_case.values()) / n for name in METRIC_NAMES}
+    # A prediction line names a case outside the truth only when there are more lines than truth cases with one: the
+    # usual file skips a second look-up of all 20,000 cases.
+    unknown = len(predictions) > n - len(missing_predictions)
     return HitKReport(
         metrics=metrics, n=n, per_case=per_case,
         unmapped=sorted(name for name, value in mapped.items() if value is None),
-        missing_predictions=[case_id for case_id in truth if case_id not in predictions],
-        unknown_cases=[case_id for case_id in predictions if case_id not in truth],
+        missing_predictions=missing_predictions,
+        unknown_cases=[case_id for case_id in predictions if case_id not in truth] if unknown else [],
         mapped_names={name: value for name, value in mapped.items() if value is not None},
         name_methods=dict(methods), truth_mapped=truth_mapped)
 
