@@ -51,7 +51,6 @@ sys.path.insert(0, str(ROOT))
 
 from timing import Timing, interleaved, load_average, print_comparison  # noqa: E402
 
-from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS  # noqa: E402
 from medeval_core.benchmarks.ddxplus.interaction import OfflineContext, consult  # noqa: E402
 from medeval_core.benchmarks.ddxplus.kb import KnowledgeBase, load_kb  # noqa: E402
 from medeval_core.benchmarks.ddxplus.kb_bayes import KBBayesAgent  # noqa: E402
@@ -64,6 +63,7 @@ from medeval_core.benchmarks.ddxplus.metrics import (  # noqa: E402
 )
 from medeval_core.benchmarks.ddxplus.patients import PatientSet, load_patients  # noqa: E402
 from medeval_core.benchmarks.ddxplus.scoring import PredictionBuilder  # noqa: E402
+from medeval_core.benchmarks.ddxplus.sources import SAMPLE_PATIENTS  # noqa: E402
 
 TEST_SPLIT = 134_529
 # Runs of each side, interleaved: the machine is shared, the minimum is the cost (timeit's convention).

@@ -349,7 +349,7 @@ def main() -> int:
     args = parser.parse_args()
     if not os.environ.get("MEDEVAL_DATA_DIR"):
         raise SystemExit("Set MEDEVAL_DATA_DIR to the data folder (e.g. ../shared/data).")
-    from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS
+    from medeval_core.benchmarks.ddxplus.sources import SAMPLE_PATIENTS
 
     data_dir = Path(os.environ["MEDEVAL_DATA_DIR"]).resolve()
     sample = data_dir / "ddxplus" / SAMPLE_PATIENTS

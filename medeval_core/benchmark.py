@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from medeval_core.errors import BenchmarkError
 from medeval_core.records import Case, CaseResult, InputFile, Judgement, MetricSummary, ModelCall, Turn
 from medeval_core.settings import Settings
 
@@ -35,10 +36,6 @@ O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the conventional name of a sol
 C_contra = TypeVar("C_contra", bound=Case, contravariant=True)
 O_co = TypeVar("O_co", bound=BaseModel, covariant=True)
 O_contra = TypeVar("O_contra", bound=BaseModel, contravariant=True)
-
-
-class BenchmarkError(ValueError):
-    """A run cannot be built from its parameters (cases missing, inputs changed); the message says what to fix."""
 
 
 class Score(BaseModel):

@@ -1,4 +1,4 @@
-"""Benchmarks by discovery: every package under ``medeval_core/benchmarks/`` whose ``__init__`` defines ``SPEC``.
+"""Benchmarks by discovery: every package under ``medeval_core/benchmarks/`` whose ``spec`` module defines ``SPEC``.
 
 A spec is light (names, titles, where the factory lives): the CLI, the page catalogue, the sidebar's model roles
 and the data status read specs, and a benchmark's heavy modules (torch, data) are imported only when it is used.
@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medeval_core.benchmark import Benchmark, BenchmarkError
 from medeval_core.data import DataSource
+from medeval_core.errors import BenchmarkError
+
+# Only for annotations: the interfaces import the records and the settings, which reading the specs never needs.
+if TYPE_CHECKING:
+    from medeval_core.benchmark import Benchmark
 
 
 class PageInfo(BaseModel):
@@ -74,9 +77,9 @@ def _load_object(target: str) -> Any:
 
 @cache
 def _specs(extra: str) -> dict[str, BenchmarkSpec]:
-    import medeval_core.benchmarks as package
+    from medeval_core import benchmarks
 
-    modules = [f"{package.__name__}.{info.name}" for info in pkgutil.iter_modules(package.__path__) if info.ispkg]
+    modules = [f"{package}.spec" for package in benchmarks.packages()]
     modules += [name.strip() for name in extra.split(",") if name.strip()]
     found: dict[str, BenchmarkSpec] = {}
     for module_name in modules:

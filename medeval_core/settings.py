@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 import medeval_core
 from medeval_core.data.files import read_json
+from medeval_core.errors import SettingsError
 from medeval_core.redaction import register_secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +32,6 @@ DEFAULT_VAR_DIR = PROJECT_ROOT / "var"
 INSTALLED_DIR = Path(sys.prefix) / "share" / "medeval"
 """Where ``make install`` writes files built once per environment (the ICD-9 vocabulary, the encoder's ONNX graph), so
 that a first use reads a file even with an empty cache directory."""
-
-
-class SettingsError(ValueError):
-    """A configuration file or environment variable is missing or invalid."""
 
 
 class _Strict(BaseModel):

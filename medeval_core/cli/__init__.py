@@ -9,38 +9,48 @@ run ends with the one ``RunSummary`` printer. Only light modules are imported to
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
+import itertools
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, get_args, get_origin
 
-from pydantic import BaseModel
-
-from medeval_core import registry
-from medeval_core.benchmark import BenchmarkError, RunSummary
-from medeval_core.errors import DatabaseUnavailable, StoreError, StoreFullError, one_line
+from medeval_core.errors import (
+    BenchmarkError,
+    DatabaseUnavailable,
+    SettingsError,
+    StoreError,
+    StoreFullError,
+    one_line,
+)
 from medeval_core.redaction import redact
-from medeval_core.settings import SettingsError
 
+# Only for annotations: pydantic, the registry (every spec) and the settings are imported by the commands that use
+# them, so a command that needs none of them (``score hitk``) starts without them.
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from medeval_core.benchmark import RunSummary
     from medeval_core.runs.runner import Progress, ProgressCallback, RunReport
     from medeval_core.settings import Settings
     from medeval_core.store import Store
 
-COMMAND_MODULES = (
-    "medeval_core.cli.runs",
-    "medeval_core.cli.data",
-    "medeval_core.cli.annotation",
-    "medeval_core.cli.serve",
-)
+# Each core command module with the top-level commands it adds, in the order ``--help`` lists them: a command
+# builds the parsers of its own module only (a benchmark's package names its commands the same way, in ``COMMANDS``).
+COMMAND_MODULES = {
+    "medeval_core.cli.runs": ("runs", "resume", "rescore", "worker", "cancel"),
+    "medeval_core.cli.data": ("data",),
+    "medeval_core.cli.annotation": ("annotators", "annotations"),
+    "medeval_core.cli.serve": ("serve",),
+}
+# The commands whose second word names a benchmark's parser (``run ddxplus``, ``score hitk``).
+BENCHMARK_GROUPS = ("run", "judge", "score")
 
 
-@dataclass(frozen=True)
-class CommandGroups:
-    """Where a command module adds its parsers: top-level commands, or per-benchmark under run/judge/score."""
+class CommandGroups(NamedTuple):
+    """Where a command module adds its parsers: top-level commands, or per-benchmark under run/judge/score.
+    (A NamedTuple, not a dataclass: ``dataclasses`` imports ``inspect``, 20 ms of every command's start.)"""
 
     top: argparse._SubParsersAction
     run: argparse._SubParsersAction
@@ -158,6 +168,8 @@ class BenchmarkCli:
         self.name = name
 
     def params_model(self) -> type[BaseModel]:
+        from medeval_core import registry
+
         return registry.benchmark(self.name).Params
 
     def add_run_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -254,6 +266,8 @@ def _at_least_one(text: str) -> int:
 
 
 def extension(name: str) -> BenchmarkCli:
+    from medeval_core import registry
+
     found = registry.cli_extension(name)
     return found if isinstance(found, BenchmarkCli) else BenchmarkCli(name)
 
@@ -278,25 +292,32 @@ def _run_handler(name: str) -> Any:
 
 
 def _add_benchmark_commands(groups: CommandGroups) -> None:
+    from medeval_core import registry
+
     for name, item in sorted(registry.specs().items()):
-        parser = groups.run.add_parser(name, help=item.description, description=item.description)
-        cli = extension(name)
-        cli.add_run_arguments(parser)
-        add_concurrency_option(parser, "cases run at once (default: the benchmark's own; a resume keeps the stored "
-                                       "number)")
-        parser.add_argument("--repetitions", type=_at_least_one,
-                            help="times each case is run (default 1); the summary gives each repetition's metrics "
-                                 "and their spread")
-        parser.add_argument("--run-id", help="name the run; an existing run with this id continues with its stored "
-                                             "parameters (other parameters are refused)")
-        parser.add_argument("--label", default="", help="free text shown in run lists")
-        if cli.reads_line_files:
-            parser.add_argument("--skip-bad-lines", action="store_true",
-                                help="run the good lines of the input file and record the bad ones (line number "
-                                     "and reason) with the run; without it a bad line refuses the file")
-        parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-        parser.set_defaults(handler=_run_handler(name))
-        cli.register(groups)
+        _add_run_command(groups, name, item.description).register(groups)
+
+
+def _add_run_command(groups: CommandGroups, name: str, description: str) -> BenchmarkCli:
+    """``run NAME``; returns the benchmark's CLI extension, whose ``register`` adds its other commands."""
+    parser = groups.run.add_parser(name, help=description, description=description)
+    cli = extension(name)
+    cli.add_run_arguments(parser)
+    add_concurrency_option(parser, "cases run at once (default: the benchmark's own; a resume keeps the stored "
+                                   "number)")
+    parser.add_argument("--repetitions", type=_at_least_one,
+                        help="times each case is run (default 1); the summary gives each repetition's metrics "
+                             "and their spread")
+    parser.add_argument("--run-id", help="name the run; an existing run with this id continues with its stored "
+                                         "parameters (other parameters are refused)")
+    parser.add_argument("--label", default="", help="free text shown in run lists")
+    if cli.reads_line_files:
+        parser.add_argument("--skip-bad-lines", action="store_true",
+                            help="run the good lines of the input file and record the bad ones (line number "
+                                 "and reason) with the run; without it a bad line refuses the file")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.set_defaults(handler=_run_handler(name))
+    return cli
 
 
 class CommandLineError(Exception):
@@ -312,11 +333,51 @@ class CommandLineError(Exception):
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser (and, through ``add_subparsers``, every subcommand's) whose errors reach ``main``."""
 
+    every_command = False
+    """Whether this top-level parser holds every command (``build_parser`` without a command) or only one's."""
+
     def error(self, message: str) -> NoReturn:
         raise CommandLineError(self, message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_named(given: Sequence[str]) -> str | None:
+    """The command the words ``given`` run, as ``COMMAND_MODULES`` and a benchmark's ``COMMANDS`` name it: the first
+    word (``runs`` of ``runs show X``), or a benchmark group's two (``score hitk``); None for none (``--help``, a
+    group alone)."""
+    words = list(itertools.takewhile(lambda word: not word.startswith("-"), given))[:2]
+    if words and words[0] in BENCHMARK_GROUPS:
+        return " ".join(words) if len(words) == 2 else None
+    return words[0] if words else None
+
+
+def _add_command(groups: CommandGroups, command: str) -> bool:
+    """The parsers of the one module that adds ``command`` (``command_named``); False, with nothing added, when that
+    module is not known without building every command (a mistyped command, one of a benchmark outside the
+    checkout)."""
+    module = next((module for module, commands in COMMAND_MODULES.items() if command in commands), None)
+    if module is not None:
+        importlib.import_module(module).register(groups)
+        return True
+    group, _, name = command.partition(" ")
+    if group == "run":  # the run parser needs the benchmark's spec (its description, its Params)
+        from medeval_core import registry
+
+        if name not in registry.specs():
+            return False
+        _add_run_command(groups, name, registry.spec(name).description)
+        return True
+    from medeval_core import benchmarks
+
+    cli = benchmarks.cli_adding(command)
+    if cli is None:
+        return False
+    cli.register(groups)
+    return True
+
+
+def build_parser(command: str | None = None) -> CommandParser:
+    """The parser of every command or, given one command (``command_named``), of the module that adds it only (so
+    ``score hitk`` imports neither the registry nor another benchmark), where that module is known."""
     parser = CommandParser(prog="python -m medeval_core", description=(__doc__ or "").split("\n")[0])
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups = CommandGroups(
@@ -331,9 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
             dest="benchmark", required=True, metavar="BENCHMARK"
         ),
     )
+    if command is not None and _add_command(groups, command):
+        return parser
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(groups)
     _add_benchmark_commands(groups)
+    parser.every_command = True
     return parser
 
 
@@ -359,6 +423,8 @@ def options_of(parser: argparse.ArgumentParser) -> set[str]:
 
 def unknown_options_message(command: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
     """``unknown option --patinets; did you mean --patients?`` for each unknown option (difflib's closest)."""
+    import difflib  # only a refused command line comes here
+
     known = [option for action in command._actions for option in action.option_strings]
     options = [given for given in unknown if given.startswith("-")]
     if not options:  # only stray values
@@ -373,8 +439,8 @@ def unknown_options_message(command: argparse.ArgumentParser, unknown: Sequence[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_named(given))
     try:
         args, unknown = parser.parse_known_args(given)
         # Only a command that hands its unknown options on (``serve`` -> ``streamlit run``) accepts them.
@@ -382,7 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = chosen_command(parser, args)
             raise CommandLineError(command, unknown_options_message(command, unknown))
     except CommandLineError as refused:
-        known = options_of(parser)
+        # A mistyped option is one no command has: the whole tree is built for that, on this path only.
+        known = options_of(parser if parser.every_command else build_parser())
         mistyped = [option for option in given if option.startswith("--") and option.split("=", 1)[0] not in known]
         message = refused.message if not mistyped or "unknown option" in refused.message else \
             unknown_options_message(refused.parser, mistyped)

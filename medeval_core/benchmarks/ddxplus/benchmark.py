@@ -38,7 +38,6 @@ from medeval_core.benchmark import (
     Scorer,
     Solver,
 )
-from medeval_core.benchmarks.ddxplus import SPEC, default_kb_dir
 from medeval_core.benchmarks.ddxplus import metrics as ddx_metrics
 from medeval_core.benchmarks.ddxplus.interaction import DDXPlusAgent, DDXPlusOutput, consult, patient_metrics
 from medeval_core.benchmarks.ddxplus.kb import (
@@ -52,6 +51,8 @@ from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS
 from medeval_core.benchmarks.ddxplus.params import BUILT_IN_AGENTS, DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientFileError, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import REFERENCE_ROWS, PredictionBuilder, metric_unit, score
+from medeval_core.benchmarks.ddxplus.sources import default_kb_dir
+from medeval_core.benchmarks.ddxplus.spec import SPEC
 from medeval_core.interaction import with_max_turns
 from medeval_core.metrics.stats import bootstrap_mean_ci
 from medeval_core.records import CaseResult, CaseStatus, InputFile

@@ -106,7 +106,7 @@ class DDXPlusCli(BenchmarkCli):
 def _kb_dir(args: argparse.Namespace) -> Path:
     if args.kb is not None:
         return Path(args.kb)
-    from medeval_core.benchmarks.ddxplus import default_kb_dir
+    from medeval_core.benchmarks.ddxplus.sources import default_kb_dir
     from medeval_core.context import current_settings
 
     return default_kb_dir(current_settings().data_dir)

@@ -42,6 +42,11 @@ SOURCE = DataSource(
 )
 
 
+def default_kb_dir(data_dir: Path) -> Path:
+    """Where the KB files live under the data folder (``MEDEVAL_DATA_DIR``)."""
+    return SOURCE.folder_in(data_dir)
+
+
 def fetch_release(fetcher: Fetcher, options: None) -> Planned:
     return fetcher.figshare_article(FIGSHARE_ARTICLE, RELEASE_FILES, licence="CC-BY 4.0")
 

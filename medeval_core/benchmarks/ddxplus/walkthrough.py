@@ -23,7 +23,6 @@ from typing import Any, Literal
 import plotly.graph_objects as go
 
 from medeval_core.benchmark import Metric, RunCounts, RunSummary
-from medeval_core.benchmarks.ddxplus import SAMPLE_PATIENTS, SPEC, default_kb_dir
 from medeval_core.benchmarks.ddxplus.interaction import (
     Ask,
     Consultation,
@@ -38,6 +37,8 @@ from medeval_core.benchmarks.ddxplus.metrics import METRIC_KEYS, THRESHOLD
 from medeval_core.benchmarks.ddxplus.params import DDXPlusParams
 from medeval_core.benchmarks.ddxplus.patients import DDXPlusPatient, PatientSet, load_patients
 from medeval_core.benchmarks.ddxplus.scoring import metric_unit
+from medeval_core.benchmarks.ddxplus.sources import SAMPLE_PATIENTS, default_kb_dir
+from medeval_core.benchmarks.ddxplus.spec import SPEC
 from medeval_core.context import current_settings as current_settings
 from medeval_core.context import current_store as current_store
 from medeval_core.interaction import EpisodeError as EpisodeError

@@ -18,7 +18,6 @@ from medeval_core.benchmark import (
     Scorer,
     model_names,
 )
-from medeval_core.benchmarks.dynamicare import SPEC
 from medeval_core.benchmarks.dynamicare.cases import (
     PatientRecord,
     RecordFileError,
@@ -45,6 +44,7 @@ from medeval_core.benchmarks.dynamicare.scoring import (
     mapped_truth_methods,
     mapped_truth_note,
 )
+from medeval_core.benchmarks.dynamicare.spec import SPEC
 from medeval_core.dialogue import Patient
 from medeval_core.models import for_role, require_served
 from medeval_core.records import CaseResult

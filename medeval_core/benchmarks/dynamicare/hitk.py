@@ -7,7 +7,7 @@ count once and Rec@K's denominator is the number of distinct ground-truth catego
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 
 KS = (5, 10)
@@ -30,7 +30,7 @@ def _hit_rec(top: Sequence[str | None], gold: set[str]) -> tuple[float, float]:
     return (1.0 if common else 0.0), (len(common) / len(gold) if gold else 0.0)
 
 
-def case_metrics(predicted: Sequence[str | None], truth: Sequence[str],
+def case_metrics(predicted: Sequence[str | None], truth: Iterable[str],
                  ks: Sequence[int] = KS) -> dict[str, float]:
     """``Hit@k`` and ``Rec@k`` for every k of one case (the truth's set made once for all k, the names once for
     all cases: ``score hitk`` calls this for every one of 20,000 cases)."""

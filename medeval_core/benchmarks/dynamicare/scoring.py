@@ -13,17 +13,15 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from pydantic import BaseModel, Field
-
-from medeval_core.benchmark import Metric
 from medeval_core.benchmarks.dynamicare.hitk import KS, case_metrics
-from medeval_core.data.files import json_lines, problem_of
+from medeval_core.jsonl import json_lines, problem_of
 from medeval_core.memory import gc_paused
 from medeval_core.vocabularies.icd9_codes import Icd9Error, category
 
 if TYPE_CHECKING:
+    from medeval_core.benchmark import Metric
     from medeval_core.vocabularies.icd9 import Icd9Mapper
 
 METRIC_NAMES = tuple(f"{kind}@{k}" for kind in ("Hit", "Rec") for k in KS)
@@ -38,17 +36,20 @@ class ScoreFileError(ValueError):
     """A predictions or truth file that cannot be scored; the message names the line and the problem."""
 
 
-class HitKReport(BaseModel):
+class HitKReport(NamedTuple):
+    """What ``score_files`` found. A NamedTuple: a pydantic model would import pydantic (a tenth of a second of
+    ``score hitk``'s start) and a dataclass ``inspect``; nothing here needs validating or serialising."""
+
     metrics: dict[str, float]
     n: int
     per_case: dict[str, dict[str, float]]
-    unmapped: list[str] = Field(default_factory=list)
-    missing_predictions: list[str] = Field(default_factory=list)
-    unknown_cases: list[str] = Field(default_factory=list)
-    mapped_names: dict[str, str] = Field(default_factory=dict)
-    name_methods: dict[str, int] = Field(default_factory=dict)
+    unmapped: list[str]
+    missing_predictions: list[str]
+    unknown_cases: list[str]
+    mapped_names: dict[str, str]
+    name_methods: dict[str, int]
     """How the predicted names were mapped: method -> how many names (``Icd9Mapping.method``)."""
-    truth_mapped: dict[str, int] = Field(default_factory=dict)
+    truth_mapped: dict[str, int]
     """Truth cases whose codes were mapped from a diagnosis name, by method; empty when all were given as codes."""
 
 
@@ -103,21 +104,22 @@ def _lines(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
         raise ScoreFileError(f"The {what} file {path} has no lines.")
 
 
-def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """Case id -> ground-truth categories (distinct, in order), and the cases whose codes were mapped from a name
+def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[str, set[str]], dict[str, int]]:
+    """Case id -> its distinct ground-truth categories, and the cases whose codes were mapped from a name
     (``mapped_truth_methods``: a records file's ``{"code", "method"}`` entries say how)."""
-    truth: dict[str, list[str]] = {}
+    truth: dict[str, set[str]] = {}
     methods: list[list[str]] = []
     categories = _Categories() if categories is None else categories
     for number, raw in _lines(path, "truth"):
         codes = raw.get("codes", raw.get("icd9"))
         if not isinstance(codes, list):
             raise ScoreFileError(f'{path} line {number}: "codes" must be a list of ICD-9 codes.')
-        if not _STR_ONLY.issuperset(map(type, codes)):
-            # A records file's {"code", "method"} entries; plain code lists (the usual truth file) skip this.
+        if _STR_ONLY.issuperset(map(type, codes)):  # plain code lists, the usual truth file
+            case_categories = list(map(categories.__getitem__, codes))
+        else:  # a records file's {"code", "method"} entries
             methods.append([str(item.get("method", "given")) for item in codes if isinstance(item, dict)])
             codes = [item.get("code") if isinstance(item, dict) else item for item in codes]
-        case_categories = [categories[code] if isinstance(code, str) else None for code in codes]
+            case_categories = [categories[code] if isinstance(code, str) else None for code in codes]
         if None in case_categories:
             code = codes[case_categories.index(None)]
             raise ScoreFileError(f"{path} line {number}: {code!r} is not an ICD-9 code (e.g. 428.0, E815.0, "
@@ -125,21 +127,27 @@ def read_truth(path: Path, categories: _Categories | None = None) -> tuple[dict[
         case_id = str(raw["case_id"])
         if case_id in truth:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        truth[case_id] = list(dict.fromkeys(cast(list[str], case_categories)))  # None refused above
+        truth[case_id] = set(cast(list[str], case_categories))  # None refused above
     return truth, mapped_truth_methods(methods)
 
 
-def read_predictions(path: Path) -> dict[str, list[str]]:
-    predictions: dict[str, list[str]] = {}
+def read_predictions(path: Path, categories: _Categories) -> tuple[dict[str, list[str | None]], dict[str, list[str]]]:
+    """Case id -> the categories of its ranked predictions (None for a name), and case id -> the ranked predictions
+    of the cases that hold a name (to be mapped once all names are known). Each line's categories are looked up as it
+    is read: a set of all 200,000 predictions, then their look-up case by case, cost more."""
+    ranked_categories: dict[str, list[str | None]] = {}
+    with_names: dict[str, list[str]] = {}
     for number, raw in _lines(path, "predictions"):
         ranked = raw.get("predictions")
         if not isinstance(ranked, list) or not _STR_ONLY.issuperset(map(type, ranked)):
             raise ScoreFileError(f'{path} line {number}: "predictions" must be a ranked list of codes or names.')
         case_id = str(raw["case_id"])
-        if case_id in predictions:
+        if case_id in ranked_categories:
             raise ScoreFileError(f"{path} line {number}: case {case_id} appears on an earlier line.")
-        predictions[case_id] = ranked
-    return predictions
+        ranked_categories[case_id] = found = list(map(categories.__getitem__, ranked))
+        if None in found:
+            with_names[case_id] = ranked
+    return ranked_categories, with_names
 
 
 def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None = None) -> HitKReport:
@@ -151,8 +159,8 @@ def score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | N
 def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | None) -> HitKReport:
     categories = _Categories()
     truth, truth_mapped = read_truth(truth_path, categories)
-    predictions = read_predictions(predictions_path)
-    names = {item for item in set(chain.from_iterable(predictions.values())) if categories[item] is None}
+    predictions, with_names = read_predictions(predictions_path, categories)
+    names = {item for item in chain.from_iterable(with_names.values()) if categories[item] is None}
     mapped: dict[str, str | None] = {}
     methods: Counter[str] = Counter()
     if names:
@@ -164,24 +172,33 @@ def _score_files(predictions_path: Path, truth_path: Path, mapper: Icd9Mapper | 
             mapping = mapper.map(name)
             mapped[name] = categories[name] = mapping.category
             methods[mapping.method] += 1
-    per_case = {case_id: case_metrics(list(map(categories.__getitem__, predictions.get(case_id, ()))), gold)
-                for case_id, gold in truth.items()}
+        for case_id, ranked in with_names.items():
+            predictions[case_id] = list(map(categories.__getitem__, ranked))
+    per_case: dict[str, dict[str, float]] = {}
+    missing_predictions: list[str] = []
+    for case_id, gold in truth.items():
+        predicted = predictions.get(case_id)
+        if predicted is None:
+            missing_predictions.append(case_id)
+        per_case[case_id] = case_metrics(() if predicted is None else predicted, gold)
     n = len(per_case)
     metrics = {name: sum(values[name] for values in per_case.values()) / n for name in METRIC_NAMES}
-    # Built from values of the declared types: validating 20,000 cases' figures again would cost more than
-    # scoring them.
-    return HitKReport.model_construct(
+    # A prediction line names a case outside the truth only when there are more lines than truth cases with one: the
+    # usual file skips a second look-up of all 20,000 cases.
+    unknown = len(predictions) > n - len(missing_predictions)
+    return HitKReport(
         metrics=metrics, n=n, per_case=per_case,
         unmapped=sorted(name for name, value in mapped.items() if value is None),
-        missing_predictions=[case_id for case_id in truth if case_id not in predictions],
-        unknown_cases=[case_id for case_id in predictions if case_id not in truth],
+        missing_predictions=missing_predictions,
+        unknown_cases=[case_id for case_id in predictions if case_id not in truth] if unknown else [],
         mapped_names={name: value for name, value in mapped.items() if value is not None},
         name_methods=dict(methods), truth_mapped=truth_mapped)
 
 
 def headline(per_case: Sequence[dict[str, float]], questions: Sequence[int], denominator: str) -> list[Metric]:
     """Hit@K with Wilson intervals (a per-case 0/1), Rec@K and Ave-Q with bootstrap intervals."""
-    # Imported here: the intervals need numpy (a tenth of a second), which ``score hitk`` never uses.
+    # Imported here: the metric model needs pydantic and the intervals numpy, which ``score hitk`` never uses.
+    from medeval_core.benchmark import Metric
     from medeval_core.metrics.stats import bootstrap_mean_ci, wilson_interval
 
     n = len(per_case)

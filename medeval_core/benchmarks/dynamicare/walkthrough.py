@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Literal
 
 from medeval_core.benchmark import RunCounts, RunSummary
-from medeval_core.benchmarks.dynamicare import SPEC
 from medeval_core.benchmarks.dynamicare.cases import (
     PatientRecord,
     RecordFileError,
@@ -34,6 +33,7 @@ from medeval_core.benchmarks.dynamicare.interaction import (
 from medeval_core.benchmarks.dynamicare.params import DynamicareParams
 from medeval_core.benchmarks.dynamicare.patients import RecordRetrievalPatient
 from medeval_core.benchmarks.dynamicare.scoring import METRIC_NAMES, headline
+from medeval_core.benchmarks.dynamicare.spec import SPEC
 from medeval_core.context import current_settings as current_settings
 from medeval_core.context import current_store as current_store
 from medeval_core.dialogue import Reply

@@ -18,7 +18,6 @@ from medeval_core.benchmark import (
     Scorer,
     model_names,
 )
-from medeval_core.benchmarks.mediq import SPEC
 from medeval_core.benchmarks.mediq.cases import MediqCase, MediqFileError, load_cases
 from medeval_core.benchmarks.mediq.experts import (
     ActionFileError,
@@ -33,6 +32,7 @@ from medeval_core.benchmarks.mediq.interaction import MediqOutput, consult
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient, LLMPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.benchmarks.mediq.spec import SPEC
 from medeval_core.dialogue import Patient
 from medeval_core.models import for_role, require_served
 from medeval_core.records import CaseResult

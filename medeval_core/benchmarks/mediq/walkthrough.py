@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Literal
 
 from medeval_core.benchmark import ModelRoles, RecordingContext, RunCounts, RunSummary
-from medeval_core.benchmarks.mediq import SPEC
 from medeval_core.benchmarks.mediq.cases import MediqCase, MediqCases, MediqFileError, load_cases
 from medeval_core.benchmarks.mediq.experts import LLMExpert
 from medeval_core.benchmarks.mediq.interaction import (
@@ -30,6 +29,7 @@ from medeval_core.benchmarks.mediq.interaction import (
 from medeval_core.benchmarks.mediq.params import MediqParams
 from medeval_core.benchmarks.mediq.patients import FactSelectPatient
 from medeval_core.benchmarks.mediq.scoring import CaseScore, headline
+from medeval_core.benchmarks.mediq.spec import SPEC
 from medeval_core.context import current_settings as current_settings
 from medeval_core.context import current_store as current_store
 from medeval_core.dialogue import Reply

@@ -38,7 +38,6 @@ from medeval_core.benchmarks.sdbench import (
     GATEKEEPER_ROLE,
     JUDGE_ROLE,
     PRICING_ROLE,
-    SPEC,
 )
 from medeval_core.benchmarks.sdbench.agents import (
     ActionsFileError,
@@ -76,6 +75,7 @@ from medeval_core.benchmarks.sdbench.judge import (
     OfflineJudge,
     judgement,
 )
+from medeval_core.benchmarks.sdbench.spec import SPEC
 from medeval_core.interaction import Episode, Limits
 from medeval_core.models import for_role, is_served
 from medeval_core.prompts import load_prompt

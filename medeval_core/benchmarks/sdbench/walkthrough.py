@@ -18,7 +18,6 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from medeval_core.benchmark import BenchmarkError
-from medeval_core.benchmarks.sdbench import SPEC
 from medeval_core.benchmarks.sdbench.agents import PERSON
 from medeval_core.benchmarks.sdbench.benchmark import (
     GATEKEEPER_ROLE,
@@ -44,6 +43,7 @@ from medeval_core.benchmarks.sdbench.gatekeeper import (
     Tests,
 )
 from medeval_core.benchmarks.sdbench.judge import CLINICIAN_JUDGE, Grade, judgement
+from medeval_core.benchmarks.sdbench.spec import SPEC
 from medeval_core.context import current_settings, current_store
 from medeval_core.interaction import Episode, EpisodeError, Limits
 from medeval_core.models import for_role, is_served
