@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +71,6 @@ class BenchmarkSpec(BaseModel):
 EXTRA_MODULES_ENV = "MEDEVAL_BENCHMARKS"
 
 
-def _load_object(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
 @cache
 def _specs(extra: str) -> dict[str, BenchmarkSpec]:
     from medeval_core import benchmarks
@@ -107,7 +103,7 @@ def spec(name: str) -> BenchmarkSpec:
 
 @cache
 def _benchmark(factory: str) -> Benchmark[Any, Any, Any]:
-    benchmark_class = _load_object(factory)
+    benchmark_class = pkgutil.resolve_name(factory)
     return benchmark_class()
 
 
@@ -118,7 +114,7 @@ def benchmark(name: str) -> Benchmark[Any, Any, Any]:
 
 def cli_extension(name: str) -> Any | None:
     target = spec(name).cli
-    return _load_object(target) if target else None
+    return pkgutil.resolve_name(target) if target else None
 
 
 def pages() -> list[PageInfo]:

@@ -12,8 +12,8 @@ complete.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
+import pkgutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -536,14 +536,9 @@ def _client() -> httpx.Client:
     )
 
 
-def _load(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
 def fetch_options_model(plan: FetchPlan) -> type[BaseModel] | None:
     """The pydantic model of the plan's own options, or None when it has none."""
-    return _load(plan.options) if plan.options else None
+    return pkgutil.resolve_name(plan.options) if plan.options else None
 
 
 def _plan_source(name: str) -> DataSource:
@@ -589,7 +584,7 @@ def fetch(
     validated = fetch_options(name, options)
     source = _plan_source(name)
     assert source.fetch is not None  # every source of fetch_plans() has one
-    plan: Callable[[Fetcher, BaseModel | None], Planned] = _load(source.fetch.plan)
+    plan: Callable[[Fetcher, BaseModel | None], Planned] = pkgutil.resolve_name(source.fetch.plan)
     policy = retry or RetryPolicy()
     folder = source.folder_in(data_dir)
     with _client() as http:

@@ -14,7 +14,7 @@ per-patient state in the session.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import sys
 import threading
 from collections import OrderedDict
@@ -142,10 +142,9 @@ def patients_at(path: str | Path, kb: KnowledgeBase, skip_bad_lines: bool = True
 
 
 def _load_object(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
     try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
+        found = pkgutil.resolve_name(target)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise BenchmarkError(f"Cannot import the agent {target!r} ({exc}); give 'package.module:Class' of an "
                              "importable class.") from None
     return found
