@@ -58,6 +58,9 @@ $(STAMP): $(UV_STAMP) requirements.txt requirements-dev.txt
 	$(BIN)/python -m medeval_core.vocabularies.icd9_vocabulary
 	# The sentence encoder's ONNX graph, exported once from the installed weights, so a query loads no torch (medeval_core/models/embeddings.py)
 	$(BIN)/python -m medeval_core.models.embeddings
+	# medeval's own modules compiled too (they are not installed into the venv): a command would otherwise compile
+	# its imports on every start where PYTHONDONTWRITEBYTECODE is set; an edited module is recompiled as it is read.
+	$(BIN)/python -m compileall -q medeval_core pages app.py
 	touch $(STAMP)
 
 install: $(STAMP)
