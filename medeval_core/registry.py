@@ -9,6 +9,7 @@ Outside packages plug in the same way through ``MEDEVAL_BENCHMARKS`` (comma-sepa
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pkgutil
 from functools import cache
@@ -75,7 +76,9 @@ EXTRA_MODULES_ENV = "MEDEVAL_BENCHMARKS"
 def _specs(extra: str) -> dict[str, BenchmarkSpec]:
     from medeval_core import benchmarks
 
-    modules = [f"{package}.spec" for package in benchmarks.packages()]
+    # A package without a spec module (shared code beside the benchmarks) is no benchmark.
+    modules = [name for name in (f"{package}.spec" for package in benchmarks.packages())
+               if importlib.util.find_spec(name) is not None]
     modules += [name.strip() for name in extra.split(",") if name.strip()]
     found: dict[str, BenchmarkSpec] = {}
     for module_name in modules:

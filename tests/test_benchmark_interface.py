@@ -389,3 +389,22 @@ def test_a_summary_names_the_runs_agent_models_and_judge_and_the_run_list_reads_
     assert scored is not None and (scored.agent, scored.judge) == ("counter-3", "parity")
     listed = {row.id: (row.agent, row.judge) for row in run_listings(store.list_runs(), {})}
     assert listed == {"named": ("counter-3", ""), "named-parity": ("counter-3", "parity")}
+
+
+def test_a_package_without_a_spec_beside_the_benchmarks_is_no_benchmark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shared code in a package of its own under ``medeval_core/benchmarks/`` (no ``spec.py``) is skipped by the
+    discovery, as a package without a ``SPEC`` always was."""
+    import medeval_core.benchmarks as benchmarks
+
+    (tmp_path / "shared_helpers").mkdir()
+    (tmp_path / "shared_helpers" / "__init__.py").write_text("")
+    monkeypatch.setattr(benchmarks, "__path__", [*benchmarks.__path__, str(tmp_path)])
+    monkeypatch.delenv("MEDEVAL_BENCHMARKS", raising=False)
+    registry._specs.cache_clear()
+    try:
+        assert "medeval_core.benchmarks.shared_helpers" in benchmarks.packages()
+        assert set(registry.specs()) == {"ddi", "ddxplus", "dynamicare", "mediq", "sdbench"}
+    finally:
+        registry._specs.cache_clear()
+        sys.modules.pop("medeval_core.benchmarks.shared_helpers", None)
