@@ -172,7 +172,7 @@ def _case_function(solver: Solver[Any, Any], scorers: Sequence[Scorer[Any, Any]]
 
 
 _SCORES_JSON = TypeAdapter(dict[str, Score])
-"""A case's scores as JSON values in one call (seven DDXPlus scores dumped one by one cost twice as much)."""
+"""A case's scores as JSON values in one call (seven scores dumped one by one cost twice as much)."""
 
 
 def _scored(case: Case, output: BaseModel, ctx: CaseContext, scorers: Sequence[Scorer[Any, Any]]) -> CaseOutcome:
