@@ -63,7 +63,7 @@ def test_sidebar_status_stays_when_a_page_stops_early_in_chromium(streamlit_app,
     page.get_by_text("No runs yet").wait_for()
     sidebar = page.get_by_test_id("stSidebar")
     for heading in ("Store", "Data", "Models"):
-        assert sidebar.get_by_role("heading", name=heading).is_visible()
+        sidebar.get_by_role("heading", name=heading).wait_for()  # waited for: a rerun may be redrawing it
 
 
 def test_offline_stand_ins_are_shown_as_working_and_home_says_where_to_start() -> None:

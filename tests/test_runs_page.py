@@ -175,7 +175,8 @@ def test_runs_page_in_headless_chromium(streamlit_app, page, artifacts_dir: Path
     settle(page)
     page.get_by_text("Compare two runs case by case").click()  # drawn on demand
     sidebar = page.get_by_test_id("stSidebar")
-    assert sidebar.get_by_role("heading", name="Store").is_visible(), "the page runs inside the app shell"
+    # The page runs inside the app shell (waited for: the click's rerun may be redrawing the sidebar).
+    sidebar.get_by_role("heading", name="Store").wait_for()
     assert sidebar.get_by_role("link", name="app").count() == 0, "no legacy pages-folder navigation"
     page.locator("table").get_by_text("exact McNemar").wait_for()
     page.screenshot(path=str(artifacts_dir / "runs.png"), full_page=True)
