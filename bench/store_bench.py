@@ -82,13 +82,17 @@ def new_run(store: Store, tag: str, expected: int) -> str:
     return run_id
 
 
-def bench_runner(store: Store, n_cases: int, concurrency: int) -> float:
-    run_id = new_run(store, "runner", n_cases)
-    # As `medeval run` and a worker load a run's cases (service.launch with freeze_inputs): out of the collector's
-    # reach, with everything loaded before them.
+def loaded_runner(store: Store, n_cases: int, concurrency: int) -> tuple[BatchRunner, list[Case]]:
+    """A runner and the run's cases, loaded as `medeval run` and a worker load them (service.launch with
+    freeze_inputs): out of the collector's reach, with everything loaded before them."""
     with long_lived(freeze=True):
         cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
-    runner = BatchRunner(store, load_settings(), concurrency=concurrency)
+    return BatchRunner(store, load_settings(), concurrency=concurrency), cases
+
+
+def bench_runner(store: Store, n_cases: int, concurrency: int) -> float:
+    run_id = new_run(store, "runner", n_cases)
+    runner, cases = loaded_runner(store, n_cases, concurrency)
     started = time.perf_counter()
     report = runner.execute(run_id, cases, instant_case, repetitions=1)
     elapsed = time.perf_counter() - started
@@ -100,10 +104,7 @@ def bench_runner(store: Store, n_cases: int, concurrency: int) -> float:
 def _worker_process(url: str, run_id: str, n_cases: int, concurrency: int, start: Any, finished: Any) -> None:
     """One worker process of ``bench_worker_processes``: loads the cases as a worker does, waits for the start,
     runs the run with the others and reports when its last commit is done."""
-    store = Store(url)
-    with long_lived(freeze=True):
-        cases = [Case(case_id=f"case-{i:06d}") for i in range(n_cases)]
-    runner = BatchRunner(store, load_settings(), concurrency=concurrency)
+    runner, cases = loaded_runner(Store(url), n_cases, concurrency)
     start.wait()
     runner.execute(run_id, cases, instant_case, repetitions=1)
     finished.put(time.monotonic())
